@@ -1,0 +1,141 @@
+"""The backend contract: what every engine (torch, mlx, llama.cpp, fake) offers the trainer.
+
+A backend owns one model, its LoRA adapter and its optimizer. It renders chat prompts with the model's
+own chat template, samples completions, and applies one round's GRPO update given completions and
+their advantages (the trainer computes rewards and advantages; the backend never sees a reward).
+Capability flags say what an engine can do; `is_available` must be cheap (no heavy imports).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+Messages = list[dict[str, str]]
+"""A chat prompt: [{"role": "system"|"user"|"assistant", "content": ...}, ...]."""
+
+
+class BackendError(Exception):
+    """A model or adapter that an engine cannot use; the message names the problem and the fix."""
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """What detection found. Filled by the app; backends only read it."""
+
+    cuda: bool = False
+    cuda_name: str = ""
+    cuda_memory_bytes: int = 0
+    apple_silicon: bool = False
+    ram_bytes: int = 0
+    cpu_count: int = 1
+
+
+@dataclass(frozen=True)
+class LoraConfig:
+    rank: int = 16
+    alpha: int = 32
+    dropout: float = 0.0
+    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    """One round's GRPO update: see swarm_app/training/grpo.py for the exact variant."""
+
+    learning_rate: float = 3e-4
+    weight_decay: float = 0.0
+    epochs: int = 1
+    minibatches: int = 2
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    max_grad_norm: float = 1.0
+
+
+@dataclass(frozen=True)
+class Sampling:
+    max_new_tokens: int = 48
+    temperature: float = 1.0
+    """0 means greedy decoding."""
+    top_p: float = 1.0
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class Completion:
+    text: str
+    n_tokens: int
+
+
+@dataclass(frozen=True)
+class TrainSample:
+    """One completion to learn from: its prompt, its text and its group-normalized advantage."""
+
+    messages: Messages
+    completion: str
+    advantage: float
+
+
+@dataclass(frozen=True)
+class TrainStats:
+    loss: float
+    tokens: int
+    clipped_fraction: float = 0.0
+    grad_norm: float = 0.0
+    steps: int = 0
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Where the model lives and how to adapt it."""
+
+    path: str
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    threads: int = 1
+    trainable: bool = True
+
+
+class Backend(ABC):
+    name: ClassVar[str]
+    supports_training: ClassVar[bool] = True
+    """False for engines that can only generate."""
+
+    @classmethod
+    @abstractmethod
+    def is_available(cls, hw: Hardware) -> tuple[bool, str]:
+        """(usable, why) without importing the engine's heavy modules."""
+
+    @abstractmethod
+    def load(self, spec: ModelSpec) -> None:
+        """Load the base model and attach a fresh LoRA adapter. Raises BackendError."""
+
+    @property
+    @abstractmethod
+    def model_id(self) -> str:
+        """A short, stable name of the loaded base model (shared with peers as text)."""
+
+    @abstractmethod
+    def generate(self, prompts: list[Messages], n: int, sampling: Sampling) -> list[list[Completion]]:
+        """`n` completions for each prompt, in prompt order."""
+
+    @abstractmethod
+    def train_step(self, batch: list[TrainSample]) -> TrainStats:
+        """One round's GRPO update of the LoRA parameters (all epochs and minibatches)."""
+
+    @abstractmethod
+    def save_adapter(self, folder: Path) -> None:
+        """Write the adapter (PEFT format where the engine allows) and the optimizer state."""
+
+    @abstractmethod
+    def load_adapter(self, folder: Path) -> None:
+        """Load an adapter written by save_adapter (and its optimizer state when present)."""
+
+    def memory(self) -> int:
+        """Bytes the engine holds (model, adapter, optimizer), best effort."""
+        return 0
+
+    def close(self) -> None:
+        """Release the model."""

@@ -1,0 +1,199 @@
+"""The one `Settings` object: typed sections, a docstring per field, validation with clear messages.
+
+Precedence: defaults < `config.toml` (user config dir, or `--config FILE`) < `SWARM_<SECTION>_<FIELD>`
+environment variables < command-line flags. Built once in `cli.py` and passed down; no globals.
+Unknown keys and bad values raise `UsageError` naming the key and what is allowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+from swarm_app.errors import UsageError
+
+
+def setting(default: Any, doc: str, *, choices: tuple | None = None, low: float | None = None,
+            high: float | None = None) -> Any:
+    """A settings field with its docstring and allowed values, kept where validation can read them."""
+    meta = {"doc": doc, "choices": choices, "low": low, "high": high}
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: type(default)(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass
+class ModelSettings:
+    path: str = setting("", "Model: a local HF folder or a Hugging Face id in the local cache. Empty: the bundled model.")
+    backend: str = setting("auto", "Engine for generation and LoRA updates.",
+                           choices=("auto", "torch", "fake", "mlx", "llama_cpp"))
+    threads: int = setting(1, "CPU threads for torch (1 keeps a shared 2-core machine stable).", low=1, high=256)
+    max_new_tokens: int = setting(48, "Longest completion in tokens.", low=1, high=8192)
+    temperature: float = setting(1.0, "Sampling temperature for training rollouts.", low=0.0, high=5.0)
+    top_p: float = setting(1.0, "Nucleus sampling mass for training rollouts.", low=0.0, high=1.0)
+
+
+@dataclass
+class LoraSettings:
+    rank: int = setting(16, "LoRA rank r.", low=1, high=1024)
+    alpha: int = setting(32, "LoRA alpha; the update is scaled by alpha / r.", low=1, high=4096)
+    dropout: float = setting(0.0, "LoRA dropout.", low=0.0, high=0.9)
+    target_modules: list = setting(["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+                                   "Linear layers that get LoRA adapters.")
+
+
+@dataclass
+class TrainSettings:
+    local: int = setting(8, "I: own questions (rollout groups) per round.", low=1, high=256)
+    external: int = setting(0, "J: peers' rollout groups per round (0 trains alone).", low=0, high=256)
+    completions: int = setting(8, "L: completions per question (GRPO group size).", low=2, high=64)
+    rounds: int = setting(0, "Total rounds of the run; a resumed run continues up to this. 0: until stopped.", low=0)
+    seed: int = setting(0, "Seed for task draws and sampling.", low=0, high=2**31 - 1)
+    learning_rate: float = setting(3e-4, "Adam learning rate.", low=0.0, high=1.0)
+    weight_decay: float = setting(0.0, "AdamW weight decay.", low=0.0, high=1.0)
+    epochs: int = setting(1, "Passes over one round's data.", low=1, high=16)
+    minibatches: int = setting(2, "Optimizer steps per epoch (the round's data split evenly).", low=1, high=64)
+    clip_low: float = setting(0.2, "GRPO ratio clip below 1 (eps_low).", low=0.0, high=1.0)
+    clip_high: float = setting(0.28, "GRPO ratio clip above 1 (eps_high).", low=0.0, high=10.0)
+    max_grad_norm: float = setting(1.0, "Gradient clipping norm.", low=0.0)
+    keep_zero_advantage_local: bool = setting(True, "Train on own groups with equal rewards (paper: yes; they add nothing to the loss).")
+    checkpoint_every: int = setting(1, "Checkpoint every k rounds (and on Ctrl-C).", low=1)
+    eval_every: int = setting(5, "Held-out evaluation every N rounds (0: never).", low=0)
+    eval_n: int = setting(64, "Held-out questions per evaluation.", low=1, high=100000)
+
+
+@dataclass
+class TaskSettings:
+    preset: str = setting("easy", "Task mix (see `swarm_app.tasks.PRESETS`).")
+
+
+@dataclass
+class RunSettings:
+    run_dir: str = setting("", "Run folder (metrics, checkpoints). Empty: the default run in the user data dir.")
+    log_format: str = setting("text", "Headless log lines.", choices=("text", "json"))
+    ui: bool = setting(True, "Show the terminal UI (false: headless lines).")
+
+
+@dataclass
+class Settings:
+    model: ModelSettings = field(default_factory=ModelSettings)
+    lora: LoraSettings = field(default_factory=LoraSettings)
+    train: TrainSettings = field(default_factory=TrainSettings)
+    tasks: TaskSettings = field(default_factory=TaskSettings)
+    run: RunSettings = field(default_factory=RunSettings)
+
+    def sections(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def load_settings(config_file: Path | None, env: Mapping[str, str], overrides: Mapping[str, Any],
+                  *, config_required: bool = False) -> Settings:
+    """Build settings from the four layers. `overrides` maps "section.field" to a value from a flag."""
+    settings = Settings()
+    if config_file is not None and (config_required or config_file.exists()):
+        apply_mapping(settings, read_config(config_file), source=str(config_file))
+    apply_env(settings, env)
+    for dotted, value in overrides.items():
+        if value is not None:
+            section, name = dotted.split(".")
+            set_value(settings, section, name, value, source="command line")
+    return settings
+
+
+def read_config(path: Path) -> dict:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot read config file {path}: {exc.strerror}; fix the path or its permissions") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"config file {path} is not valid TOML ({exc}); fix it or move it away") from None
+
+
+def apply_mapping(settings: Settings, data: Mapping, source: str) -> None:
+    sections = settings.sections()
+    for section, values in data.items():
+        if section not in sections:
+            raise UsageError(f"{source}: unknown section [{section}]; known: {', '.join(sections)}")
+        if not isinstance(values, Mapping):
+            raise UsageError(f"{source}: [{section}] must be a table of settings")
+        for name, value in values.items():
+            set_value(settings, section, name, value, source=source)
+
+
+def apply_env(settings: Settings, env: Mapping[str, str]) -> None:
+    sections = settings.sections()
+    for key, raw in env.items():
+        if not key.startswith("SWARM_") or key == "SWARM_HOME":
+            continue
+        section, _, name = key[len("SWARM_"):].lower().partition("_")
+        if section not in sections:
+            continue  # SWARM_* variables of other tools are none of our business
+        set_value(settings, section, name, parse_env_value(raw), source=f"environment variable {key}")
+
+
+def parse_env_value(raw: str) -> Any:
+    try:
+        return tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        return raw  # a bare string
+
+
+def set_value(settings: Settings, section: str, name: str, value: Any, source: str) -> None:
+    target = getattr(settings, section)
+    known = {f.name: f for f in fields(target)}
+    if name not in known:
+        raise UsageError(f"{source}: unknown setting {section}.{name}; known: {', '.join(known)}")
+    setattr(target, name, coerce(known[name], f"{section}.{name}", value, source))
+
+
+def coerce(spec: dataclasses.Field, key: str, value: Any, source: str) -> Any:
+    kind = type(spec.default) if spec.default is not dataclasses.MISSING else type(spec.default_factory())
+    meta = spec.metadata
+    try:
+        if kind is bool:
+            value = parse_bool(value)
+        elif kind is int and not isinstance(value, bool):
+            value = int(value) if float(value) == int(float(value)) else _raise()
+        elif kind is float and not isinstance(value, bool):
+            value = float(value)
+        elif kind is list:
+            value = [str(v) for v in value] if isinstance(value, list) else [s.strip() for s in str(value).split(",") if s.strip()]
+        elif kind is str:
+            value = str(value)
+        else:
+            _raise()
+    except (TypeError, ValueError):
+        raise UsageError(f"{source}: {key} must be {kind.__name__}, got {value!r}") from None
+    if meta.get("choices") and value not in meta["choices"]:
+        raise UsageError(f"{source}: {key} = {value!r} is not allowed; choose one of: {', '.join(meta['choices'])}")
+    low, high = meta.get("low"), meta.get("high")
+    if (low is not None and value < low) or (high is not None and value > high):
+        bounds = f"{low} to {high}" if high is not None else f">= {low}"
+        raise UsageError(f"{source}: {key} = {value!r} is out of range; allowed: {bounds}")
+    return value
+
+
+def parse_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(text)
+
+
+def _raise() -> Any:
+    raise ValueError
+
+
+def describe(settings: Settings) -> dict:
+    """Plain dict of all settings (for run metadata and `swarm config show`)."""
+    return dataclasses.asdict(settings)
