@@ -1,0 +1,65 @@
+"""A deterministic stand-in engine, registered like the real ones (tests and `--backend fake` demos).
+
+It answers with a small integer inside <answer> tags, chosen from a hash of the prompt, the sample
+index, the seed and how many updates it has had, so runs are reproducible and resumable. It imports
+nothing heavy and keeps its whole "adapter" in one JSON file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from backends.base import Backend, BackendError, Completion, Hardware, Messages, ModelSpec, Sampling, TrainSample, TrainStats
+
+ADAPTER_FILE = "fake_adapter.json"
+
+
+class FakeBackend(Backend):
+    name = "fake"
+
+    def __init__(self) -> None:
+        self.spec: ModelSpec | None = None
+        self.updates = 0
+        self.tokens_seen = 0
+
+    @classmethod
+    def is_available(cls, hw: Hardware) -> tuple[bool, str]:
+        return True, "the fake engine runs anywhere (no model is loaded)"
+
+    def load(self, spec: ModelSpec) -> None:
+        self.spec = spec
+
+    @property
+    def model_id(self) -> str:
+        return "fake"
+
+    def generate(self, prompts: list[Messages], n: int, sampling: Sampling) -> list[list[Completion]]:
+        return [[self._complete(p, i, sampling) for i in range(n)] for p in prompts]
+
+    def _complete(self, prompt: Messages, index: int, sampling: Sampling) -> Completion:
+        sample = 0 if sampling.temperature == 0 else index
+        key = f"{json.dumps(prompt, sort_keys=True)}|{sample}|{sampling.seed}|{self.updates}"
+        value = int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "big") % 10
+        text = f"I think it is {value}. <answer>{value}</answer>"
+        return Completion(text, len(text.split()))
+
+    def train_step(self, batch: list[TrainSample]) -> TrainStats:
+        self.updates += 1
+        tokens = sum(len(s.completion.split()) for s in batch)
+        self.tokens_seen += tokens
+        loss = -sum(s.advantage for s in batch) / max(len(batch), 1)
+        return TrainStats(loss=loss, tokens=tokens, steps=1)
+
+    def save_adapter(self, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        state = {"updates": self.updates, "tokens_seen": self.tokens_seen}
+        (folder / ADAPTER_FILE).write_text(json.dumps(state), encoding="utf-8")
+
+    def load_adapter(self, folder: Path) -> None:
+        try:
+            state = json.loads((folder / ADAPTER_FILE).read_text(encoding="utf-8"))
+            self.updates, self.tokens_seen = int(state["updates"]), int(state["tokens_seen"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise BackendError(f"{folder} is not a fake adapter ({exc})") from None

@@ -1,0 +1,145 @@
+"""The `swarm` command: parses flags, builds the one Settings object, and hands over to a view.
+
+Importing this module is cheap (no torch, textual, mlx or llama_cpp): `swarm --version` answers in
+well under a second. Errors the user can fix print one line and exit 2; nothing is written first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+from swarm_app import __version__
+from swarm_app.errors import SwarmError, UsageError
+
+log = logging.getLogger(__name__)
+
+RUN_FLAGS = {
+    # flag dest -> "section.field" of Settings
+    "model": "model.path", "backend": "model.backend", "threads": "model.threads",
+    "tasks": "tasks.preset", "rounds": "train.rounds", "local": "train.local", "external": "train.external",
+    "completions": "train.completions", "seed": "train.seed", "run_dir": "run.run_dir",
+    "log_format": "run.log_format",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="swarm", description="A SAPO node: train your own LoRA with a swarm of peers.")
+    parser.add_argument("--version", action="version", version=f"swarm-app {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log more (to stderr)")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    run = commands.add_parser("run", help="train round after round (resumes the run it finds)")
+    _common_model_flags(run)
+    run.add_argument("--no-ui", dest="ui", action="store_false", default=None, help="headless: one line per round")
+    run.add_argument("--tasks", metavar="PRESET", help="task mix: easy (default) or paper")
+    run.add_argument("--rounds", type=int, metavar="N", help="rounds in total (a resumed run continues up to N)")
+    run.add_argument("--local", type=int, metavar="I", help="own questions per round")
+    run.add_argument("--external", type=int, metavar="J", help="peers' rollout groups per round")
+    run.add_argument("--completions", type=int, metavar="L", help="completions per question")
+    run.add_argument("--seed", type=int, metavar="S")
+    run.add_argument("--run-dir", metavar="DIR", help="run folder (default: one run in the user data dir)")
+    run.add_argument("--fresh", action="store_true", help="start over; an existing run is moved aside")
+    run.add_argument("--log-format", choices=("text", "json"))
+
+    ev = commands.add_parser("eval", help="held-out accuracy with greedy decoding")
+    _common_model_flags(ev)
+    ev.add_argument("--adapter", metavar="DIR", help="a LoRA adapter: a checkpoint folder or a run folder")
+    ev.add_argument("--tasks", metavar="PRESET")
+    ev.add_argument("--n", type=int, default=200, help="held-out questions (default 200)")
+    ev.add_argument("--json", action="store_true", help="print one JSON object")
+    return parser
+
+
+def _common_model_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", metavar="FILE", help="config file (default: config.toml in the user config dir)")
+    parser.add_argument("--model", metavar="PATH_OR_HF_ID", help="model folder or cached Hugging Face id")
+    parser.add_argument("--backend", metavar="NAME", help="auto, torch or fake")
+    parser.add_argument("--threads", type=int, metavar="N", help="CPU threads for the engine")
+
+
+def load_settings_for(args: argparse.Namespace):
+    from swarm_app.paths import user_dirs
+    from swarm_app.settings import load_settings
+
+    overrides = {dotted: getattr(args, dest, None) for dest, dotted in RUN_FLAGS.items()}
+    if getattr(args, "ui", None) is not None:
+        overrides["run.ui"] = args.ui
+    config = Path(args.config) if args.config else user_dirs().config_file
+    return load_settings(config, os.environ, overrides, config_required=bool(args.config))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
+                        format="%(levelname)s %(name)s: %(message)s")
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        return COMMANDS[args.command](args)
+    except SwarmError as exc:
+        print(f"swarm: {exc.message}", file=sys.stderr)
+        return exc.exit_code
+
+
+def run_command(args: argparse.Namespace) -> int:
+    settings = load_settings_for(args)
+    from swarm_app.headless import HeadlessView
+    from swarm_app.session import Session
+
+    if settings.run.ui:
+        log.warning("the terminal UI is not built yet: showing the headless view")
+    view = HeadlessView(settings.run.log_format)
+    session = Session(settings, on_event=view, hardware=_hardware(settings), fresh=args.fresh)
+    session.open()
+    try:
+        asyncio.run(_run_until_interrupted(session))
+    finally:
+        session.close()
+    return 0
+
+
+async def _run_until_interrupted(session) -> None:
+    loop = asyncio.get_running_loop()
+    previous = signal.signal(signal.SIGINT, lambda *_: loop.call_soon_threadsafe(session.stop))
+    try:
+        await session.run()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _hardware(settings):
+    from backends.base import Hardware
+
+    if settings.model.backend == "fake":
+        return Hardware()  # no need to import torch to probe CUDA
+    from swarm_app.hardware import detect
+
+    return detect()
+
+
+def eval_command(args: argparse.Namespace) -> int:
+    settings = load_settings_for(args)
+    if args.n < 1:
+        raise UsageError(f"--n {args.n} must be at least 1")
+    from swarm_app.evaluate_command import run_eval
+
+    result = run_eval(settings, Path(args.adapter) if args.adapter else None, args.n, _hardware(settings))
+    if args.json:
+        print(json.dumps(result.to_dict()))
+    else:
+        print(f"held-out accuracy {result.accuracy:.3f} on {result.n} questions")
+        for name, acc in result.per_task.items():
+            print(f"  {name:28s} {acc:.3f}")
+    return 0
+
+
+COMMANDS = {"run": run_command, "eval": eval_command}

@@ -1,0 +1,44 @@
+"""`swarm eval`: load a model (and optionally an adapter) through the run's code path and score it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from backends import registry
+from backends.base import BackendError, Hardware, LoraConfig, ModelSpec
+from swarm_app import tasks
+from swarm_app.errors import ModelError
+from swarm_app.models import resolve_model
+from swarm_app.settings import Settings
+from swarm_app.training.checkpoint import Checkpoints
+from swarm_app.training.evaluation import EvalResult, evaluate
+
+
+def run_eval(settings: Settings, adapter: Path | None, n: int, hardware: Hardware) -> EvalResult:
+    specs = tasks.preset(settings.tasks.preset)
+    model_dir = resolve_model(settings.model.path)
+    adapter_dir = _adapter_folder(adapter) if adapter else None
+    try:
+        name, _ = registry.choose(settings.model.backend, hardware)
+        backend = registry.create(name)
+        lora = settings.lora
+        backend.load(ModelSpec(str(model_dir), LoraConfig(lora.rank, lora.alpha, lora.dropout, tuple(lora.target_modules)),
+                               threads=settings.model.threads, trainable=False))
+        if adapter_dir is not None:
+            backend.load_adapter(adapter_dir)
+    except BackendError as exc:
+        raise ModelError(str(exc)) from None
+    try:
+        return evaluate(backend, tasks.heldout(specs, n), settings.model.max_new_tokens)
+    finally:
+        backend.close()
+
+
+def _adapter_folder(path: Path) -> Path:
+    """A checkpoint folder as given, or the newest checkpoint of a run folder."""
+    if not path.is_dir():
+        raise ModelError(f"--adapter {path} is not a folder; pass a checkpoint folder or a run folder")
+    checkpoints = Checkpoints(path)
+    if checkpoints.exists():
+        return checkpoints.load_latest()[1]
+    return path

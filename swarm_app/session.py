@@ -1,0 +1,189 @@
+"""A training session: one backend, the trainer, the run folder and (optionally) the swarm.
+
+`open()` validates everything and loads the model before anything is written, then resumes from the
+run's last checkpoint; `run()` drives rounds on a worker thread and publishes events on the loop.
+Both views (TUI and headless) are subscribers; neither talks to the trainer directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Callable
+
+from backends import registry
+from backends.base import BackendError, Hardware, LoraConfig, ModelSpec, OptimConfig, Sampling
+from swarm_app import tasks
+from swarm_app.errors import CheckpointError, ModelError, UsageError
+from swarm_app.events import CheckpointSaved, Event, RoundFinished, RunStarted, RunStopped
+from swarm_app.files import write_text_atomic
+from swarm_app.models import resolve_model
+from swarm_app.paths import user_dirs
+from swarm_app.rollouts import RolloutExchange
+from swarm_app.settings import Settings, describe
+from swarm_app.training.checkpoint import Checkpoints, CheckpointState
+from swarm_app.training.loop import RoundAbandoned, RoundPlan, Trainer
+from swarm_app.training.metrics import MetricsLog
+
+log = logging.getLogger(__name__)
+
+RUN_FILE = "run.json"
+"""What a run was started with; a resume with another model or preset is refused."""
+
+
+def run_dir_of(settings: Settings) -> Path:
+    return Path(settings.run.run_dir).expanduser() if settings.run.run_dir else user_dirs().default_run
+
+
+class Session:
+    def __init__(self, settings: Settings, *, exchange: RolloutExchange | None = None,
+                 on_event: Callable[[Event], None] | None = None, hardware: Hardware | None = None,
+                 fresh: bool = False) -> None:
+        self.settings = settings
+        self.exchange = exchange
+        self.on_event = on_event or (lambda event: None)
+        self.hardware = hardware or Hardware()
+        self.fresh = fresh
+        self.run_dir = run_dir_of(settings)
+        self.metrics = MetricsLog(self.run_dir / "metrics.jsonl")
+        self.checkpoints = Checkpoints(self.run_dir)
+        self.trainer: Trainer | None = None
+        self.backend_name = ""
+        self.backend_reason = ""
+        self.next_round = 1
+        self.metrics_rows = 0
+        self._stopping = False
+
+    # -- opening: validate, load, resume ------------------------------------------------------
+    def open(self) -> None:
+        """Blocking (loads the model): call it from a worker thread in async code."""
+        specs = tasks.preset(self.settings.tasks.preset)
+        model_dir = resolve_model(self.settings.model.path)
+        self._check_run_matches(model_dir)
+        backend = self._load_backend(model_dir)
+        if self.fresh:
+            self._move_old_run_aside()
+        if self.checkpoints.exists():
+            self._resume(backend)
+        else:
+            self.metrics.truncate(0)  # rows of rounds that never reached a checkpoint
+        self._write_run_file(model_dir)
+        self.trainer = Trainer(backend, self._plan(specs), self.exchange)
+
+    def _load_backend(self, model_dir: Path):
+        model = self.settings.model
+        try:
+            self.backend_name, self.backend_reason = registry.choose(model.backend, self.hardware)
+            backend = registry.create(self.backend_name)
+            lora = self.settings.lora
+            backend.load(ModelSpec(str(model_dir), LoraConfig(lora.rank, lora.alpha, lora.dropout,
+                                                              tuple(lora.target_modules)),
+                                   self._optim(), threads=model.threads))
+        except BackendError as exc:
+            raise ModelError(str(exc)) from None
+        return backend
+
+    def _optim(self) -> OptimConfig:
+        t = self.settings.train
+        return OptimConfig(t.learning_rate, t.weight_decay, t.epochs, t.minibatches, t.clip_low, t.clip_high,
+                           t.max_grad_norm)
+
+    def _plan(self, specs: list[tasks.TaskSpec]) -> RoundPlan:
+        t, m = self.settings.train, self.settings.model
+        return RoundPlan(specs, t.local, t.external, t.completions, t.seed,
+                         Sampling(m.max_new_tokens, m.temperature, m.top_p), t.keep_zero_advantage_local,
+                         t.eval_every, tasks.heldout(specs, t.eval_n))
+
+    def _check_run_matches(self, model_dir: Path) -> None:
+        path = self.run_dir / RUN_FILE
+        if self.fresh or not path.exists():
+            return
+        try:
+            started = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise CheckpointError(f"{path} is unreadable ({exc}); start over with --fresh or choose another --run-dir") from None
+        mismatches = [f"{key} {started.get(key)!r} (now {now!r})"
+                      for key, now in (("model", str(model_dir)), ("preset", self.settings.tasks.preset))
+                      if started.get(key) != now]
+        if mismatches:
+            raise UsageError(f"the run in {self.run_dir} was started with {', '.join(mismatches)}; "
+                             "resume it with the same settings, start over with --fresh, or choose another --run-dir")
+
+    def _move_old_run_aside(self) -> None:
+        if self.run_dir.exists() and any(self.run_dir.iterdir()):
+            aside = self.run_dir.with_name(f"{self.run_dir.name}.old-{time.strftime('%Y%m%d-%H%M%S')}")
+            self.run_dir.rename(aside)
+            log.info("moved the previous run to %s", aside)
+
+    def _resume(self, backend) -> None:
+        state, folder = self.checkpoints.load_latest()
+        try:
+            backend.load_adapter(folder)
+        except BackendError as exc:
+            raise CheckpointError(f"the checkpoint {folder} cannot be loaded ({exc}); start over with --fresh "
+                                  "(the old run is moved aside) or choose another --run-dir") from None
+        self.metrics.truncate(state.metrics_rows)
+        self.metrics_rows = state.metrics_rows
+        self.next_round = state.round + 1
+        log.info("resuming %s after round %d", self.run_dir, state.round)
+
+    def _write_run_file(self, model_dir: Path) -> None:
+        path = self.run_dir / RUN_FILE
+        if path.exists():
+            return
+        info = {"model": str(model_dir), "preset": self.settings.tasks.preset, "backend": self.backend_name,
+                "created": time.time(), "settings": describe(self.settings)}
+        write_text_atomic(path, json.dumps(info, indent=2))
+
+    # -- running ----------------------------------------------------------------------------
+    def stop(self) -> None:
+        """Ask the run to end: the round in progress is abandoned unless it is already updating."""
+        self._stopping = True
+        if self.trainer is not None:
+            self.trainer.stop_requested.set()
+
+    async def run(self) -> int:
+        """Run rounds until the total is reached or stop() is called. Returns the last completed round."""
+        if self.trainer is None:
+            await asyncio.to_thread(self.open)
+        trainer, total = self.trainer, self.settings.train.rounds
+        self.on_event(RunStarted(str(self.run_dir), self.backend_name, self.backend_reason,
+                                 trainer.backend.model_id, self.settings.tasks.preset, self.next_round, total))
+        last_saved = last_done = self.next_round - 1
+        reason = "finished"
+        try:
+            while not self._stopping and (total == 0 or self.next_round <= total):
+                t = self.next_round
+                try:
+                    row = await asyncio.to_thread(trainer.run_round, t)
+                except RoundAbandoned:
+                    break
+                self.metrics.append(row)
+                self.metrics_rows += 1
+                last_done, self.next_round = t, t + 1
+                self.on_event(RoundFinished(row))
+                if t % self.settings.train.checkpoint_every == 0:
+                    last_saved = await self._save(t)
+            if self._stopping:
+                reason = "interrupted"
+        except BaseException:
+            reason = "error"
+            raise
+        finally:
+            if last_done > last_saved:
+                await self._save(last_done)
+            self.on_event(RunStopped(last_done, reason))
+        return last_done
+
+    async def _save(self, t: int) -> int:
+        state = CheckpointState(t, self.metrics_rows, self.trainer.backend.model_id, self.backend_name)
+        folder = await asyncio.to_thread(self.checkpoints.save, state, self.trainer.backend.save_adapter)
+        self.on_event(CheckpointSaved(t, str(folder)))
+        return t
+
+    def close(self) -> None:
+        if self.trainer is not None:
+            self.trainer.backend.close()

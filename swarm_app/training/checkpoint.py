@@ -1,0 +1,98 @@
+"""Checkpoints of one run: atomic on disk, loud when unreadable, never overwritten silently.
+
+Layout inside `<run>/checkpoints/`: `round-000006/` (the backend's adapter files and optimizer state,
+plus `state.json`) and `latest.json` naming the newest complete one. A checkpoint is written into a
+`.partial-*` folder, fsynced and renamed; only then does `latest.json` move (atomically) to it. A kill
+at any moment therefore leaves `latest.json` pointing at a complete checkpoint. No RNG state is kept:
+every random draw of round t derives from (seed, t), so a resumed round t redraws exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+from swarm_app.errors import CheckpointError
+from swarm_app.files import fsync_dir, write_text_atomic
+
+log = logging.getLogger(__name__)
+
+KEEP = 2
+"""Complete checkpoints kept on disk (the newest and one before it)."""
+
+
+@dataclass(frozen=True)
+class CheckpointState:
+    round: int
+    """The last completed round."""
+    metrics_rows: int
+    """Rows of metrics.jsonl that belong to rounds up to `round`."""
+    model_id: str
+    backend: str
+
+
+class Checkpoints:
+    def __init__(self, run_dir: Path) -> None:
+        self.folder = run_dir / "checkpoints"
+
+    @property
+    def latest_file(self) -> Path:
+        return self.folder / "latest.json"
+
+    def exists(self) -> bool:
+        return self.latest_file.exists()
+
+    def save(self, state: CheckpointState, write_adapter: Callable[[Path], None]) -> Path:
+        name = f"round-{state.round:06d}"
+        partial, final = self.folder / f".partial-{name}", self.folder / name
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir(parents=True)
+        write_adapter(partial)
+        (partial / "state.json").write_text(json.dumps(asdict(state)), encoding="utf-8")
+        _fsync_tree(partial)
+        if final.exists():  # left by a crash after the rename but before latest.json moved
+            shutil.rmtree(final)
+        os.replace(partial, final)
+        fsync_dir(self.folder)
+        write_text_atomic(self.latest_file, json.dumps({"dir": name, "round": state.round}))
+        self._prune(keep={name})
+        return final
+
+    def load_latest(self) -> tuple[CheckpointState, Path]:
+        """The newest complete checkpoint. Raises CheckpointError when it exists but is unreadable."""
+        try:
+            pointer = json.loads(self.latest_file.read_text(encoding="utf-8"))
+            folder = self.folder / str(pointer["dir"])
+            data = json.loads((folder / "state.json").read_text(encoding="utf-8"))
+            state = CheckpointState(int(data["round"]), int(data["metrics_rows"]), str(data["model_id"]),
+                                    str(data["backend"]))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise corrupted(self.folder, exc) from None
+        return state, folder
+
+    def _prune(self, keep: set[str]) -> None:
+        complete = sorted(p for p in self.folder.glob("round-*") if p.is_dir())
+        for old in complete[:-KEEP]:
+            if old.name not in keep:
+                shutil.rmtree(old, ignore_errors=True)
+
+
+def corrupted(folder: Path, cause: object) -> CheckpointError:
+    return CheckpointError(
+        f"the checkpoint in {folder} cannot be loaded ({cause}); it was left as it is. "
+        "Start over with --fresh (the old run is moved aside, not deleted) or choose another --run-dir",
+        title="Checkpoint unreadable",
+    )
+
+
+def _fsync_tree(folder: Path) -> None:
+    for path in folder.rglob("*"):
+        if path.is_file():
+            with open(path, "rb+") as handle:
+                os.fsync(handle.fileno())
+    fsync_dir(folder)

@@ -1,0 +1,40 @@
+"""Held-out accuracy: greedy decoding on a fixed list of TaskRefs that training never draws.
+
+An item counts as correct when its reward is 1 (the dataset's verifier fully accepts the extracted
+answer).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from backends.base import Backend, Sampling
+from swarm_app import tasks
+
+EVAL_BATCH = 64
+"""Prompts per generate call: bounds memory on long evaluations."""
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    accuracy: float
+    n: int
+    per_task: dict[str, float]
+
+    def to_dict(self) -> dict:
+        return {"accuracy": self.accuracy, "n": self.n, "per_task": self.per_task}
+
+
+def evaluate(backend: Backend, refs: list[tasks.TaskRef], max_new_tokens: int) -> EvalResult:
+    items = [tasks.regenerate(ref) for ref in refs]
+    greedy = Sampling(max_new_tokens=max_new_tokens, temperature=0.0, seed=0)
+    correct: dict[str, list[bool]] = defaultdict(list)
+    for start in range(0, len(items), EVAL_BATCH):
+        chunk = items[start:start + EVAL_BATCH]
+        outputs = backend.generate([task.messages() for task in chunk], 1, greedy)
+        for task, (completion,) in zip(chunk, outputs):
+            correct[task.ref.dataset].append(tasks.score(task, completion.text) >= 1.0)
+    hits = [ok for oks in correct.values() for ok in oks]
+    per_task = {name: sum(oks) / len(oks) for name, oks in sorted(correct.items())}
+    return EvalResult(sum(hits) / max(len(hits), 1), len(hits), per_task)

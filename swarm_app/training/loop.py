@@ -1,0 +1,164 @@
+"""One SAPO round (DESIGN.md §2): draw, generate, score, publish, take peers' groups, update, record.
+
+`Trainer.run_round(t)` runs in the worker thread and returns the metrics row; it never touches the
+asyncio loop or the views. Everything random in round t derives from (seed, t), so a resumed round
+redraws the same questions and samples. Peer rollouts arrive through a `RolloutExchange` and are
+re-derived and re-scored here: nothing a peer sends is trusted, and nothing it sends can raise.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from backends.base import Backend, Sampling, TrainSample
+from swarm_app import tasks
+from swarm_app.rollouts import Rollout, RolloutExchange
+from swarm_app.training.evaluation import evaluate
+from swarm_app.training.grpo import group_advantages, has_signal
+
+log = logging.getLogger(__name__)
+
+EXTERNAL_SPARES = 2
+"""Ask the exchange for this many times J groups: some fail re-scoring (no reward spread)."""
+
+
+class RoundAbandoned(Exception):
+    """A stop was requested before the update: the round leaves no trace."""
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    """The per-run constants of the loop."""
+
+    specs: list[tasks.TaskSpec]
+    local: int
+    external: int
+    completions: int
+    seed: int
+    sampling: Sampling
+    keep_zero_advantage_local: bool = True
+    eval_every: int = 0
+    eval_refs: list[tasks.TaskRef] = field(default_factory=list)
+
+
+@dataclass
+class ScoredGroup:
+    rollout: Rollout
+    task: tasks.Task
+    rewards: list[float]
+    tokens: int = 0
+    """Tokens this node generated for the group (0 for peers' groups)."""
+
+    @property
+    def advantages(self) -> list[float]:
+        return group_advantages(self.rewards)
+
+
+class Trainer:
+    def __init__(self, backend: Backend, plan: RoundPlan, exchange: RolloutExchange | None = None) -> None:
+        self.backend = backend
+        self.plan = plan
+        self.exchange = exchange
+        self.stop_requested = threading.Event()
+
+    def run_round(self, t: int) -> dict[str, Any]:
+        started = time.perf_counter()
+        own = self._generate_own(t)
+        gen_s = time.perf_counter() - started
+        for group in own:
+            self._publish(group.rollout)
+        external = self._take_external(t)
+        if self.stop_requested.is_set():
+            raise RoundAbandoned(t)
+        train_started = time.perf_counter()
+        stats = self._update(own, external)
+        row = self._row(t, own, external, stats, gen_s, time.perf_counter() - train_started)
+        if self.plan.eval_every and t % self.plan.eval_every == 0:
+            row["heldout_acc"] = self.evaluate().accuracy
+        row["round_s"] = round(time.perf_counter() - started, 3)
+        return row
+
+    def evaluate(self):
+        return evaluate(self.backend, self.plan.eval_refs, self.plan.sampling.max_new_tokens)
+
+    def _generate_own(self, t: int) -> list[ScoredGroup]:
+        plan = self.plan
+        items = [tasks.regenerate(ref) for ref in tasks.draw(plan.specs, plan.seed, t, plan.local)]
+        sampling = Sampling(plan.sampling.max_new_tokens, plan.sampling.temperature, plan.sampling.top_p,
+                            seed=(plan.seed * 1_000_003 + t) % 2**31)
+        outputs = self.backend.generate([task.messages() for task in items], plan.completions, sampling)
+        now_ms = int(time.time() * 1000)
+        groups = []
+        for task, completions in zip(items, outputs):
+            texts = tuple(c.text for c in completions)
+            rollout = Rollout(task.ref, task.question, task.answer, texts, self.backend.model_id, t, "", now_ms)
+            rewards = [tasks.score(task, text) for text in texts]
+            groups.append(ScoredGroup(rollout, task, rewards, sum(c.n_tokens for c in completions)))
+        return groups
+
+    def _publish(self, rollout: Rollout) -> None:
+        if self.exchange is not None:
+            self.exchange.publish(rollout)
+
+    def _take_external(self, t: int) -> list[ScoredGroup]:
+        if self.exchange is None or self.plan.external == 0:
+            return []
+        offered = self.exchange.sample(self.plan.external * EXTERNAL_SPARES)
+        kept = []
+        for rollout in offered:
+            group = rescore(rollout)
+            if group is not None and has_signal(group.rewards):
+                kept.append(group)
+            if len(kept) == self.plan.external:
+                break
+        return kept
+
+    def _update(self, own: list[ScoredGroup], external: list[ScoredGroup]):
+        groups = [g for g in own if self.plan.keep_zero_advantage_local or has_signal(g.rewards)] + external
+        batch = [TrainSample(g.task.messages(), text, adv)
+                 for g in groups for text, adv in zip(g.rollout.completions, g.advantages) if adv != 0.0]
+        if not batch:
+            return None  # no group with a reward spread: nothing to learn this round
+        return self.backend.train_step(batch)
+
+    def _row(self, t, own, external, stats, gen_s, train_s) -> dict[str, Any]:
+        local_rewards = [r for g in own for r in g.rewards]
+        external_rewards = [r for g in external for r in g.rewards]
+        return {
+            "round": t,
+            "reward_local": mean(local_rewards),
+            "reward_external": mean(external_rewards) if external_rewards else None,
+            "n_local": len(own),
+            "n_external": len(external),
+            "groups_with_signal": sum(has_signal(g.rewards) for g in own + external),
+            "tokens": sum(g.tokens for g in own),
+            "train_tokens": stats.tokens if stats else 0,
+            "loss": stats.loss if stats else None,
+            "clipped_fraction": stats.clipped_fraction if stats else None,
+            "gen_s": round(gen_s, 3),
+            "train_s": round(train_s, 3),
+            "time": time.time(),
+        }
+
+
+def rescore(rollout: Rollout) -> ScoredGroup | None:
+    """Re-derive a peer's task from its TaskRef and score its completions with our verifier.
+
+    None when the task cannot be regenerated here or the peer's question or answer does not match it.
+    """
+    try:
+        task = tasks.regenerate(rollout.ref)
+    except (KeyError, ValueError, TypeError) as exc:
+        log.debug("dropping external rollout: %s", exc)
+        return None
+    if task.question != rollout.question or task.answer != rollout.answer:
+        return None
+    return ScoredGroup(rollout, task, [tasks.score(task, text) for text in rollout.completions])
+
+
+def mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else 0.0

@@ -1,0 +1,98 @@
+"""The command line: clear one-line errors with exit code 2 that write nothing, and import hygiene."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from swarm_app.cli import main
+
+
+def swarm(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "swarm_app", *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=120)
+
+
+def test_version_and_cli_import_load_no_heavy_modules():
+    code = ("import sys, swarm_app.cli; heavy = {'torch', 'textual', 'mlx', 'llama_cpp', 'transformers'}; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+    result = swarm("--version")
+    assert result.returncode == 0 and result.stdout.startswith("swarm-app ")
+
+
+def test_backends_package_never_imports_the_app():
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent / "backends"
+    imported = set()
+    for path in root.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                imported |= {(path.name, alias.name.split(".")[0]) for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                imported.add((path.name, node.module.split(".")[0]))
+    assert ("base.py", "abc") in imported  # the walk sees imports at all
+    assert [entry for entry in imported if entry[1] == "swarm_app"] == []
+
+
+@pytest.fixture
+def existing_run(tmp_path):
+    """A run folder with content that bad input must leave untouched."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "metrics.jsonl").write_text('{"round": 1}\n')
+    return run_dir
+
+
+def snapshot(folder):
+    return {p.relative_to(folder): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--model", "/no/such/model"], "does not exist"),
+    (["--model", "{nontokenizer}"], "has no tokenizer"),
+    (["--model", "{nochat}"], "has no chat template"),
+    (["--tasks", "nonsense"], "unknown task preset 'nonsense'"),
+    (["--backend", "warp"], "choose one of"),
+    (["--local", "0"], "train.local = 0 is out of range"),
+    (["--completions", "1"], "train.completions = 1 is out of range"),
+    (["--config", "{badconfig}"], "not valid TOML"),
+    (["--config", "/no/such/config.toml"], "cannot read config file"),
+])
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, existing_run, capsys, extra, needle):
+    nontokenizer = tmp_path / "m1"
+    nontokenizer.mkdir()
+    (nontokenizer / "config.json").write_text("{}")
+    nochat = tmp_path / "m2"
+    nochat.mkdir()
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        (nochat / name).write_text("{}")
+    badconfig = tmp_path / "bad.toml"
+    badconfig.write_text("[train\n")
+    paths = {"nontokenizer": nontokenizer, "nochat": nochat, "badconfig": badconfig}
+    extra = [arg.format(**paths) for arg in extra]
+    before = snapshot(existing_run)
+    code = main(["run", "--no-ui", "--backend", "fake", "--run-dir", str(existing_run), *extra])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert len(err) == 1 and needle in err[0], err
+    assert snapshot(existing_run) == before
+
+
+def test_eval_json_with_the_fake_backend(tmp_path, capsys):
+    model = tmp_path / "stub"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    (model / "tokenizer.json").write_text("{}")
+    (model / "tokenizer_config.json").write_text(json.dumps({"chat_template": "x"}))
+    assert main(["eval", "--backend", "fake", "--model", str(model), "--tasks", "easy", "--n", "10", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["n"] == 10 and 0.0 <= result["accuracy"] <= 1.0
+    assert set(result["per_task"]) <= {s for s in ("basic_arithmetic", "base_conversion", "calendar_arithmetic",
+                                                    "fraction_simplification", "decimal_arithmetic",
+                                                    "arc_1d", "bf", "binary_matrix", "propositional_logic")}
