@@ -1,0 +1,479 @@
+"""The torch engine: a Hugging Face causal LM with a PEFT LoRA adapter, trained with GRPO.
+
+Owns: finding and checking the model folder (a local folder or a Hugging Face id already in the local
+cache; never a download), the tokenizer and its chat template, batched sampling, the round's GRPO update
+of the LoRA parameters (AdamW over LoRA only; the loss itself is in grpo_loss.py), and the adapter +
+optimizer files. CUDA when present (bf16 where supported), else CPU with a fixed thread count.
+Must not import swarm_app, and must not import torch, transformers or peft at module level:
+`is_available` runs before the engine is chosen (importing all three costs ~4 s).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import importlib.util
+import json
+import logging
+import math
+import pickle
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, NamedTuple
+
+from backends.base import Backend, BackendError, Completion, Hardware, Messages, ModelSpec, Sampling
+from backends.base import TrainSample, TrainStats
+
+log = logging.getLogger(__name__)
+
+GENERATE_CHUNK = 64
+"""Sequences per generate call: bounds the KV cache (64 x 600 tokens of a 0.5B model: ~0.9 GB bf16)."""
+LOGIT_BUDGET = 1 << 26
+"""Logit elements per training forward pass (256 MiB in fp32); minibatches are split to stay under it."""
+OPTIMIZER_FILE = "optimizer.pt"
+ADAPTER_CONFIG = "adapter_config.json"
+ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
+IM_END = "<|im_end|>"
+
+
+@dataclass(frozen=True)
+class _Sequence:
+    """Prompt + completion token ids; tokens from `prompt_len` on are the completion (with the end token)."""
+
+    ids: list[int]
+    prompt_len: int
+
+    @property
+    def n_completion(self) -> int:
+        return len(self.ids) - self.prompt_len
+
+
+class _Step(NamedTuple):
+    loss: float
+    tokens: int
+    clipped: float
+    grad_norm: float
+    taken: bool
+
+
+def _looks_like_hub_id(path: str) -> bool:
+    return not path.startswith(("/", ".", "~")) and "\\" not in path and path.count("/") <= 1
+
+
+def resolve_model_folder(path: str) -> Path:
+    """The folder holding the model: `path` itself, or its snapshot in the local Hugging Face cache."""
+    folder = Path(path).expanduser()
+    if folder.is_dir():
+        return folder
+    if not _looks_like_hub_id(path):
+        raise BackendError(f"model folder {folder} does not exist: check the path, or give a Hugging Face id")
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HFValidationError
+
+    try:
+        return Path(snapshot_download(path, local_files_only=True))
+    except (OSError, HFValidationError) as exc:
+        raise BackendError(f"{path!r} is neither a folder nor a model in the local Hugging Face cache: download "
+                           f"it once with `hf download {path}` (needs internet) or give a model folder") from exc
+
+
+def check_model_folder(folder: Path) -> None:
+    if not (folder / "config.json").is_file():
+        raise BackendError(f"{folder} has no config.json: point to a model folder written by save_pretrained")
+    if not (folder / "tokenizer.json").is_file():
+        raise BackendError(f"{folder} has no tokenizer.json: save the model's fast tokenizer into it "
+                           "(AutoTokenizer.from_pretrained(...).save_pretrained(folder))")
+
+
+def load_tokenizer(folder: Path):
+    """The saved fast tokenizer, exactly (AutoTokenizer may swap in a class that tokenizes differently)."""
+    from transformers import PreTrainedTokenizerFast
+
+    try:
+        tok = PreTrainedTokenizerFast.from_pretrained(str(folder), local_files_only=True)
+    except (OSError, ValueError) as exc:
+        raise BackendError(f"cannot read the tokenizer in {folder}: {exc}") from exc
+    tok.padding_side = "left"  # not kept by save/load
+    if not tok.chat_template:
+        raise BackendError(f"the tokenizer in {folder} has no chat template: add a 'chat_template' to "
+                           "tokenizer_config.json (or a chat_template.jinja), e.g. from the model's instruct version")
+    if tok.eos_token_id is None:
+        raise BackendError(f"the tokenizer in {folder} has no eos token: set eos_token in tokenizer_config.json")
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def stop_ids(tok, end_id: int, checkpoint_eos: int | list[int] | None) -> list[int]:
+    """Tokens that end a completion: the tokenizer's eos, the end-of-turn token and the checkpoint's eos ids."""
+    extra = checkpoint_eos if isinstance(checkpoint_eos, list) else [checkpoint_eos]
+    return sorted({tok.eos_token_id, end_id, *(i for i in extra if i is not None)})
+
+
+def pick_device(threads: int):
+    """(device, dtype): CUDA with bf16 where supported (fp32 otherwise), else CPU fp32 on `threads` threads."""
+    import torch
+
+    if torch.cuda.is_available():
+        dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32
+        return torch.device("cuda"), dtype
+    torch.set_num_threads(max(1, threads))
+    return torch.device("cpu"), torch.float32
+
+
+def attach_lora(model, spec: ModelSpec):
+    """Wrap `model` in a fresh PEFT LoRA adapter on the spec's target modules that exist in it."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    linear = {name.rsplit(".", 1)[-1] for name, mod in model.named_modules() if isinstance(mod, torch.nn.Linear)}
+    targets = [t for t in spec.lora.target_modules if t in linear]
+    if not targets:
+        raise BackendError(f"none of the LoRA target modules {list(spec.lora.target_modules)} exist in this model: "
+                           f"set lora.target_modules to some of its linear layers ({', '.join(sorted(linear))})")
+    lora = spec.lora
+    config = LoraConfig(r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=targets,
+                        task_type="CAUSAL_LM")
+    with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
+        # peft 0.21 calls a method transformers 5 deprecated; nothing for our users to act on.
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing", category=FutureWarning)
+        torch.manual_seed(0)  # the same fresh adapter on every load: reproducible runs and tests
+        return get_peft_model(model, config)
+
+
+def pad(rows: list[list[int]], pad_id: int, left: bool, device):
+    """(input_ids, attention_mask) for token rows, padded on the left or on the right."""
+    import torch
+
+    width = max(len(row) for row in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, row in enumerate(rows):
+        span = slice(width - len(row), width) if left else slice(0, len(row))
+        ids[i, span] = torch.tensor(row, dtype=torch.long)
+        mask[i, span] = 1
+    return ids.to(device), mask.to(device)
+
+
+def split_by_budget(lengths: list[int], vocab: int, budget: int = LOGIT_BUDGET) -> list[list[int]]:
+    """Consecutive index groups whose padded logits (rows x longest x vocab) stay under `budget`."""
+    groups: list[list[int]] = []
+    longest = 0
+    for i, length in enumerate(lengths):
+        longest = max(longest, length)
+        if groups and (len(groups[-1]) + 1) * longest * vocab <= budget:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+            longest = length
+    return groups
+
+
+class TorchBackend(Backend):
+    """One model + LoRA adapter + AdamW. Old-policy log-probs are taken once per round in eval mode, so with
+    lora.dropout > 0 the first step's ratio is not exactly 1 (dropout is on while training)."""
+
+    name = "torch"
+
+    def __init__(self) -> None:
+        self._spec: ModelSpec | None = None
+        self._model = None
+        self._tok = None
+        self._optimizer = None
+        self._device = None
+        self._model_id = ""
+        self._stop_ids: list[int] = []
+        self._end_id = 0
+        self._rounds = 0
+
+    @classmethod
+    def is_available(cls, hw: Hardware) -> tuple[bool, str]:
+        missing = [m for m in ("torch", "transformers", "peft") if importlib.util.find_spec(m) is None]
+        if missing:
+            return False, f"{', '.join(missing)} not installed (pip install swarm-app installs them)"
+        if hw.cuda:
+            return True, f"torch on CUDA ({hw.cuda_name or 'GPU'})"
+        return True, "torch on CPU (no CUDA GPU found)"
+
+    def load(self, spec: ModelSpec) -> None:
+        from transformers import AutoModelForCausalLM, GenerationConfig
+
+        self.close()
+        folder = resolve_model_folder(spec.path)
+        check_model_folder(folder)
+        tok = load_tokenizer(folder)
+        device, dtype = pick_device(spec.threads)
+        try:
+            base = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype, local_files_only=True)
+        except (OSError, ValueError, KeyError) as exc:
+            raise BackendError(f"cannot load the model in {folder}: {exc}") from exc
+        checkpoint_eos = base.generation_config.eos_token_id
+        # Drop the checkpoint's sampling defaults (e.g. top_k 20, repetition penalty): GRPO samples the policy.
+        base.generation_config = GenerationConfig(eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+        self._model = attach_lora(base, spec).to(device).eval()
+        self._tok, self._spec, self._device = tok, spec, device
+        self._end_id = tok.get_vocab().get(IM_END, tok.eos_token_id)
+        self._stop_ids = stop_ids(tok, self._end_id, checkpoint_eos)
+        self._model_id = spec.path if not Path(spec.path).expanduser().is_dir() else folder.resolve().name
+        self._optimizer = self._new_optimizer() if spec.trainable else None
+        log.info("loaded %s on %s (%s)", self._model_id, device, dtype)
+
+    def _new_optimizer(self):
+        import torch
+
+        optim = self._spec.optim
+        params = [p for p in self._model.parameters() if p.requires_grad]
+        return torch.optim.AdamW(params, lr=optim.learning_rate, weight_decay=optim.weight_decay)
+
+    def _require_model(self):
+        if self._model is None:
+            raise BackendError("no model loaded: call load() first")
+        return self._model
+
+    @property
+    def model_id(self) -> str:
+        self._require_model()
+        return self._model_id
+
+    def _encode_prompt(self, messages: Messages) -> list[int]:
+        from jinja2 import TemplateError
+
+        try:
+            text = self._tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        except TemplateError as exc:
+            raise BackendError(f"the chat template of {self._model_id} rejected a prompt: {exc}") from exc
+        # The template already holds every special token the model expects (BOS included).
+        return self._tok(text, add_special_tokens=False)["input_ids"]
+
+    def generate(self, prompts: list[Messages], n: int, sampling: Sampling) -> list[list[Completion]]:
+        import torch
+
+        model = self._require_model()
+        rows = [ids for ids in map(self._encode_prompt, prompts) for _ in range(n)]
+        done: list[Completion] = []
+        model.eval()
+        with self._seeded(sampling.seed), torch.inference_mode():
+            for start in range(0, len(rows), GENERATE_CHUNK):
+                done.extend(map(self._decode, self._generate_ids(rows[start : start + GENERATE_CHUNK], sampling)))
+        return [done[i * n : (i + 1) * n] for i in range(len(prompts))]
+
+    @contextlib.contextmanager
+    def _seeded(self, seed: int | None):
+        """Sampling from torch's global generator, seeded for this call only when `seed` is given."""
+        import torch
+
+        if seed is None:
+            yield
+            return
+        devices = [self._device.index or 0] if self._device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(seed)
+            yield
+
+    def _generate_ids(self, rows: list[list[int]], sampling: Sampling) -> list[list[int]]:
+        """New token ids per row (padding after a stop token included), from left-padded prompts."""
+        ids, mask = pad(rows, self._tok.pad_token_id, left=True, device=self._device)
+        options = dict(max_new_tokens=sampling.max_new_tokens, eos_token_id=self._stop_ids,
+                       pad_token_id=self._tok.pad_token_id, do_sample=sampling.temperature > 0)
+        if sampling.temperature > 0:
+            # top_k=0: sample from the whole distribution (transformers' default keeps the top 50).
+            options.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=0)
+        # generate() derives position ids from the attention mask, so left padding shifts nothing.
+        out = self._model.generate(input_ids=ids, attention_mask=mask, **options)
+        return out[:, ids.shape[1] :].tolist()
+
+    def _decode(self, new_tokens: list[int]) -> Completion:
+        """Text up to the first stop token; n_tokens counts the generated tokens including that stop token."""
+        stops = [i for i, t in enumerate(new_tokens) if t in self._stop_ids]
+        end = stops[0] if stops else len(new_tokens)
+        text = self._tok.decode(new_tokens[:end], skip_special_tokens=True)
+        return Completion(text=text, n_tokens=end + 1 if stops else end)
+
+    def _encode_sample(self, sample: TrainSample) -> _Sequence:
+        prompt = self._encode_prompt(sample.messages)
+        completion = self._tok(sample.completion, add_special_tokens=False)["input_ids"] + [self._end_id]
+        return _Sequence(ids=prompt + completion, prompt_len=len(prompt))
+
+    def _token_logps(self, seqs: list[_Sequence]):
+        """Log-probs of every completion token of `seqs`, flat, sample after sample (right padding)."""
+        import torch
+
+        ids, mask = pad([s.ids for s in seqs], self._tok.pad_token_id, left=False, device=self._device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        start = min(s.prompt_len for s in seqs) - 1  # first position whose logits predict a completion token
+        keep = ids.shape[1] - start
+        out = self._model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=keep,
+                          use_cache=False)
+        logits = out.logits[:, :-1].float()
+        targets = ids[:, start + 1 :]
+        logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+        where = torch.arange(start + 1, ids.shape[1], device=self._device).unsqueeze(0)
+        prompt_lens = torch.tensor([s.prompt_len for s in seqs], device=self._device).unsqueeze(1)
+        lengths = torch.tensor([len(s.ids) for s in seqs], device=self._device).unsqueeze(1)
+        return logp[(where >= prompt_lens) & (where < lengths)]
+
+    def _groups(self, seqs: list[_Sequence]) -> list[list[int]]:
+        return split_by_budget([len(s.ids) for s in seqs], self._model.config.get_text_config().vocab_size)
+
+    def _old_logps(self, seqs: list[_Sequence]) -> list:
+        """Per-sample log-probs under the policy as the round starts (computed once, no grad)."""
+        import torch
+
+        self._model.eval()
+        with torch.no_grad():
+            flat = [self._token_logps([seqs[i] for i in g]) for g in self._groups(seqs)]
+        return list(torch.cat(flat).split([s.n_completion for s in seqs]))
+
+    def train_step(self, batch: list[TrainSample]) -> TrainStats:
+        self._require_model()
+        if self._optimizer is None:
+            raise BackendError("this model was loaded with trainable=False: load it again to train")
+        if all(s.advantage == 0.0 for s in batch):
+            return TrainStats(loss=0.0, tokens=0)
+        seqs = [self._encode_sample(s) for s in batch]
+        advantages = [s.advantage for s in batch]
+        # A == 0 adds nothing to the loss or gradient: no forward pass, but its tokens count in the token mean.
+        active = [i for i, a in enumerate(advantages) if a != 0.0]
+        old = dict(zip(active, self._old_logps([seqs[i] for i in active])))
+        self._model.train()
+        try:
+            steps = [
+                self._minibatch_step([seqs[i] for i in part], [old.get(i) for i in part], [advantages[i] for i in part])
+                for part in self._minibatches(len(seqs))
+            ]
+        finally:
+            self._model.eval()
+        return self._summarize(steps, tokens=sum(s.n_completion for s in seqs))
+
+    def _minibatches(self, n: int) -> Iterator[list[int]]:
+        """Per epoch, a fresh shuffle of range(n) split into `minibatches` parts (seeded by the round count)."""
+        import torch
+
+        optim = self._spec.optim
+        shuffle = torch.Generator().manual_seed(self._rounds)
+        self._rounds += 1
+        for _ in range(optim.epochs):
+            order = torch.randperm(n, generator=shuffle)
+            yield from (part.tolist() for part in torch.tensor_split(order, min(optim.minibatches, n)))
+
+    def _minibatch_step(self, seqs: list[_Sequence], old: list, advantages: list[float]) -> _Step:
+        """One optimizer step; the token mean spans the whole minibatch, accumulated group by group."""
+        import torch
+
+        from backends.grpo_loss import grpo_loss
+
+        optim = self._spec.optim
+        total = sum(s.n_completion for s in seqs)
+        keep = [i for i, a in enumerate(advantages) if a != 0.0]
+        if not keep:
+            return _Step(0.0, total, 0.0, 0.0, False)
+        seqs, old, advantages = [seqs[i] for i in keep], [old[i] for i in keep], [advantages[i] for i in keep]
+        self._optimizer.zero_grad(set_to_none=True)
+        loss_sum = clipped = 0.0
+        for group in self._groups(seqs):
+            logp = self._token_logps([seqs[i] for i in group])
+            old_logp = torch.cat([old[i] for i in group])
+            adv = torch.cat([torch.full((seqs[i].n_completion,), advantages[i]) for i in group]).to(logp.device)
+            loss, fraction = grpo_loss(logp, old_logp, adv, clip_low=optim.clip_low, clip_high=optim.clip_high,
+                                       num_tokens=total)
+            loss.backward()
+            loss_sum += loss.item()
+            clipped += fraction.item() * logp.numel()
+        params = [p for group in self._optimizer.param_groups for p in group["params"]]
+        norm = float(torch.nn.utils.clip_grad_norm_(params, optim.max_grad_norm))
+        finite = math.isfinite(norm)
+        if finite:
+            self._optimizer.step()
+        else:
+            log.warning("skipped an optimizer step: the gradient norm is %s", norm)
+        self._optimizer.zero_grad(set_to_none=True)
+        return _Step(loss_sum, total, clipped, norm, finite)
+
+    @staticmethod
+    def _summarize(steps: list[_Step], tokens: int) -> TrainStats:
+        taken = [s for s in steps if s.taken]
+        return TrainStats(
+            loss=sum(s.loss for s in steps) / len(steps),
+            tokens=tokens,
+            clipped_fraction=sum(s.clipped for s in steps) / max(sum(s.tokens for s in steps), 1),
+            grad_norm=sum(s.grad_norm for s in taken) / max(len(taken), 1),
+            steps=len(taken),
+        )
+
+    def save_adapter(self, folder: Path) -> None:
+        import torch
+
+        model = self._require_model()
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        model.save_pretrained(str(folder))  # adapter_config.json + adapter_model.safetensors
+        if self._optimizer is not None:
+            torch.save(self._optimizer.state_dict(), folder / OPTIMIZER_FILE)
+
+    def load_adapter(self, folder: Path) -> None:
+        from peft.utils import get_peft_model_state_dict, load_peft_weights, set_peft_model_state_dict
+        from safetensors import SafetensorError
+
+        model = self._require_model()
+        folder = Path(folder)
+        self._check_adapter_config(folder)
+        try:
+            state = load_peft_weights(str(folder), device=str(self._device))
+        except (OSError, ValueError, RuntimeError, SafetensorError) as exc:
+            raise BackendError(f"cannot read the adapter weights in {folder}: {exc}") from exc
+        expected = {k: tuple(v.shape) for k, v in get_peft_model_state_dict(model).items()}
+        found = {k: tuple(v.shape) for k, v in state.items()}
+        if found != expected:
+            raise BackendError(f"the adapter in {folder} does not fit this model and LoRA settings ({len(found)} "
+                               f"tensors, {len(expected)} expected): start a fresh adapter or use matching settings")
+        optimizer = self._read_optimizer(folder / OPTIMIZER_FILE)  # before any weight changes: all or nothing
+        set_peft_model_state_dict(model, state)
+        self._optimizer = optimizer
+        log.info("loaded adapter from %s", folder)
+
+    def _check_adapter_config(self, folder: Path) -> None:
+        config_file = folder / ADAPTER_CONFIG
+        if not config_file.is_file() or not any((folder / name).is_file() for name in ADAPTER_WEIGHTS):
+            raise BackendError(f"{folder} is not a LoRA adapter folder (it needs {ADAPTER_CONFIG} and "
+                               f"{ADAPTER_WEIGHTS[0]}): point to a folder written by save_adapter")
+        try:
+            config = json.loads(config_file.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise BackendError(f"cannot read {config_file}: {exc}") from exc
+        lora = self._spec.lora
+        if (config.get("r"), config.get("lora_alpha")) != (lora.rank, lora.alpha):
+            raise BackendError(f"the adapter in {folder} has rank {config.get('r')}, alpha {config.get('lora_alpha')}; "
+                               f"this model uses rank {lora.rank}, alpha {lora.alpha}: use matching LoRA settings")
+
+    def _read_optimizer(self, path: Path):
+        """A fresh optimizer (stale moments must not carry over to other weights), with `path`'s state if any."""
+        import torch
+
+        if self._optimizer is None:
+            return None
+        optimizer = self._new_optimizer()
+        if path.is_file():
+            try:
+                optimizer.load_state_dict(torch.load(path, map_location=self._device, weights_only=True))
+            except (OSError, RuntimeError, ValueError, KeyError, pickle.UnpicklingError) as exc:
+                raise BackendError(f"cannot restore the optimizer state from {path} ({exc}): delete it") from exc
+        return optimizer
+
+    def memory(self) -> int:
+        if self._model is None:
+            return 0
+        sizes = [(p.numel() * p.element_size(), p.requires_grad) for p in self._model.parameters()]
+        moments = 2 if self._optimizer is not None else 0  # AdamW keeps two per trainable parameter
+        return sum(size * (1 + moments * trainable) for size, trainable in sizes)
+
+    def close(self) -> None:
+        if self._model is None:
+            return
+        on_cuda = self._device is not None and self._device.type == "cuda"
+        self._model = self._tok = self._optimizer = None
+        gc.collect()
+        if on_cuda:
+            import torch
+
+            torch.cuda.empty_cache()
