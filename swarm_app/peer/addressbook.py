@@ -1,0 +1,139 @@
+"""Addresses this node may dial: where they came from, who answered there, and when to try again.
+
+Failures back off exponentially with full jitter (base * 2**failures, capped, times a random factor
+in [0.5, 1]) so that many nodes retrying one bootstrap do not retry in step. Bootstrap addresses are
+never forgotten; others are, least useful first, above `capacity`. The table round-trips through
+plain JSON (discovery.py saves it). Sans-IO: `now` and the random source come from the caller.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any
+
+SOURCES = ("bootstrap", "mdns", "exchange", "inbound", "table")
+
+
+@dataclass
+class AddressState:
+    addr: str
+    source: str
+    node_id: str | None = None
+    failures: int = 0
+    next_attempt: float = 0.0
+    last_ok: float = 0.0
+    http_only: bool = False
+    """The address answered HTTP but refused the websocket: pull it over GET /sample."""
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """"host:port" or "[v6]:port" -> (host, port); ValueError otherwise."""
+    host, sep, port_text = text.strip().rpartition(":")
+    if not sep or not host or not port_text.isdigit():
+        raise ValueError(f"address {text!r} is not HOST:PORT")
+    port = int(port_text)
+    if not 0 <= port <= 65535:
+        raise ValueError(f"port {port} out of range")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host, port
+
+
+def format_address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+class AddressBook:
+    def __init__(self, rng: random.Random, *, capacity: int = 1024, backoff_base_s: float = 1.0,
+                 backoff_max_s: float = 300.0) -> None:
+        self.rng, self.capacity = rng, capacity
+        self.backoff_base_s, self.backoff_max_s = backoff_base_s, backoff_max_s
+        self._book: dict[str, AddressState] = {}
+        self.own: set[str] = set()
+        """Addresses that reach this node itself: never dialed."""
+
+    def __len__(self) -> int:
+        return len(self._book)
+
+    def __contains__(self, addr: str) -> bool:
+        return addr in self._book
+
+    def get(self, addr: str) -> AddressState | None:
+        return self._book.get(addr)
+
+    def entries(self) -> list[AddressState]:
+        return list(self._book.values())
+
+    def add(self, addr: str, source: str, node_id: str | None = None) -> AddressState | None:
+        """Learn an address (normalized); None when it is malformed or this node's own."""
+        try:
+            addr = format_address(*parse_address(addr))
+        except ValueError:
+            return None
+        if addr in self.own:
+            return None
+        state = self._book.get(addr)
+        if state is None:
+            state = self._book[addr] = AddressState(addr, source)
+            self._trim()
+        elif source == "bootstrap":
+            state.source = "bootstrap"
+        if node_id is not None:
+            state.node_id = node_id
+        return state
+
+    def candidates(self, now: float, exclude_nodes: set[str], exclude_addrs: set[str]) -> list[str]:
+        """Addresses due for a dial attempt, excluding connected or banned nodes and pending dials."""
+        return [s.addr for s in self._book.values()
+                if s.next_attempt <= now and s.addr not in exclude_addrs and s.addr not in self.own
+                and (s.node_id is None or s.node_id not in exclude_nodes)]
+
+    def failed(self, addr: str, now: float, http_only: bool = False) -> float:
+        """Record a failed dial; returns the delay until the next attempt."""
+        state = self._book.get(addr)
+        if state is None:
+            return 0.0
+        state.http_only = http_only
+        delay = min(self.backoff_max_s, self.backoff_base_s * 2 ** min(state.failures, 30))
+        delay *= self.rng.uniform(0.5, 1.0)
+        state.failures += 1
+        state.next_attempt = now + delay
+        return delay
+
+    def succeeded(self, addr: str, node_id: str, now: float) -> None:
+        state = self._book.get(addr)
+        if state is not None:
+            state.failures, state.next_attempt, state.last_ok = 0, 0.0, now
+            state.node_id, state.http_only = node_id, False
+
+    def hold(self, addr: str, until: float) -> None:
+        """Do not dial before `until` (a ban, or a rotation)."""
+        state = self._book.get(addr)
+        if state is not None:
+            state.next_attempt = max(state.next_attempt, until)
+
+    def mark_own(self, addr: str) -> None:
+        self.own.add(addr)
+        self._book.pop(addr, None)
+
+    def to_json(self) -> list[dict[str, Any]]:
+        return [{"addr": s.addr, "node": s.node_id, "last_ok": s.last_ok} for s in self._book.values()
+                if s.source != "bootstrap" and s.last_ok > 0]
+
+    def load_json(self, data: Any) -> int:
+        """Add the saved entries that are well-formed; returns how many."""
+        added = 0
+        for item in data if isinstance(data, list) else []:
+            if isinstance(item, dict) and isinstance(item.get("addr"), str):
+                node = item.get("node") if isinstance(item.get("node"), str) else None
+                added += self.add(item["addr"], "table", node) is not None
+        return added
+
+    def _trim(self) -> None:
+        if len(self._book) <= self.capacity:
+            return
+        removable = [s for s in self._book.values() if s.source != "bootstrap"]
+        removable.sort(key=lambda s: (s.last_ok, -s.failures))
+        for state in removable[:len(self._book) - self.capacity]:
+            del self._book[state.addr]

@@ -1,0 +1,94 @@
+"""What `swarm_app/cli.py` wires for the peer module: the peer flags and `swarm identity ...`.
+
+`add_peer_arguments(parser)` adds --peer/--listen/--no-mdns/--no-share/--metrics-listen, which
+`PeerConfig.from_args(args)` reads. `add_identity_arguments(parser)` and `identity_main(args)`
+implement `swarm identity show|export FILE|import FILE`. Output goes to the stream passed in (the
+CLI's stdout); the private key is only ever written to the export file, never to a stream or a log.
+Errors are `UsageError`s for the CLI to print.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from swarm_app.errors import UsageError
+from swarm_app.peer.config import DEFAULT_LISTEN, PeerConfig
+from swarm_app.peer.identity import Identity, IdentityStore, b64url, write_private_file
+
+__all__ = ["add_peer_arguments", "add_identity_arguments", "identity_main", "peer_config_from_args"]
+
+
+def add_peer_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("peers")
+    group.add_argument("--peer", action="append", metavar="HOST:PORT",
+                       help="a peer to connect to (repeatable); more are found by mDNS and peer exchange")
+    group.add_argument("--listen", metavar="HOST:PORT", help=f"address to accept peers on (default {DEFAULT_LISTEN})")
+    group.add_argument("--no-mdns", action="store_true", help="do not announce or look for peers on the LAN")
+    group.add_argument("--no-share", action="store_true", help="do not send own rollouts to peers (still receive)")
+    group.add_argument("--metrics-listen", metavar="HOST:PORT",
+                       help="serve Prometheus /metrics here (default: on the peer port, to localhost only)")
+
+
+def peer_config_from_args(args: argparse.Namespace, base: PeerConfig | None = None) -> PeerConfig:
+    return PeerConfig.from_args(args, base)
+
+
+def add_identity_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("action", choices=("show", "export", "import"),
+                        help="show the node id; export the key to FILE; import the key from FILE")
+    parser.add_argument("file", nargs="?", metavar="FILE", help="key file (PEM) for export and import")
+    parser.add_argument("--force", action="store_true", help="import: replace an existing, different identity")
+
+
+def identity_main(args: argparse.Namespace, out: TextIO | None = None, store: IdentityStore | None = None) -> int:
+    out = out or sys.stdout
+    store = store or IdentityStore()
+    if args.action == "show":
+        return _show(store, out)
+    if not args.file:
+        raise UsageError(f"swarm identity {args.action} needs a FILE, e.g. swarm identity {args.action} node-key.pem")
+    path = Path(args.file)
+    if args.action == "export":
+        return _export(store, path, out)
+    return _import(store, path, getattr(args, "force", False), out)
+
+
+def _show(store: IdentityStore, out: TextIO) -> int:
+    loaded = store.load_or_create()
+    identity = loaded.identity
+    if loaded.created:
+        out.write("created a new identity\n")
+    out.write(f"node id     {identity.node_id}\n")
+    out.write(f"public key  {b64url(identity.public_key)}\n")
+    out.write(f"stored in   {loaded.store}\n")
+    return 0
+
+
+def _export(store: IdentityStore, path: Path, out: TextIO) -> int:
+    if path.exists():
+        raise UsageError(f"{path} exists; choose a new file name (export never overwrites)")
+    identity = store.load_or_create().identity
+    try:
+        write_private_file(path, identity.to_pem())
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}; check the folder and its permissions") from None
+    out.write(f"exported identity {identity.node_id} to {path} (mode 0600; it is the private key: keep it safe)\n")
+    return 0
+
+
+def _import(store: IdentityStore, path: Path, force: bool, out: TextIO) -> int:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+    identity = Identity.from_pem(data)
+    current = store.load()
+    if current is not None and current.node_id != identity.node_id and not force:
+        raise UsageError(f"this machine already has identity {current.node_id}; importing would replace it "
+                         "for good (export it first), then add --force")
+    store.save(identity)
+    out.write(f"imported identity {identity.node_id} into {store.describe()}\n")
+    return 0

@@ -1,0 +1,90 @@
+"""`PeerConfig`: every knob of a peer node in one frozen dataclass, with the defaults of DESIGN §5.
+
+The CLI builds it from flags (`from_args`); tests and the demo build it directly with faster
+intervals. This module only holds values and parses addresses; it starts nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from swarm_app.errors import UsageError
+from swarm_app.peer.addressbook import parse_address
+from swarm_app.peer.admission import AdmissionLimits
+from swarm_app.peer.protocol import ProtocolConfig
+from swarm_app.peer.scores import ScorePolicy
+
+DEFAULT_PORT = 47470
+DEFAULT_LISTEN = f"0.0.0.0:{DEFAULT_PORT}"
+
+
+@dataclass(frozen=True)
+class PeerConfig:
+    listen: str = DEFAULT_LISTEN
+    """HOST:PORT the RSP server binds (port 0: any free port)."""
+    bootstrap: tuple[str, ...] = ()
+    """HOST:PORT of peers to dial first (`--peer`, repeatable)."""
+    mdns: bool = True
+    """Announce and find nodes on the LAN with mDNS."""
+    metrics_listen: str | None = None
+    """HOST:PORT of a separate /metrics server. None: /metrics on the RSP server, loopback clients only."""
+    peer_table: bool = True
+    """Save known-good peer addresses between runs (in the user data dir unless a path is given)."""
+    protocol: ProtocolConfig = field(default_factory=ProtocolConfig)
+    limits: AdmissionLimits = field(default_factory=AdmissionLimits)
+    scores: ScorePolicy = field(default_factory=ScorePolicy)
+    sample_per_author_cap: int | None = None
+    """Most rollouts of one author in one `sample` call. None: ceil(count / authors available)."""
+    pool_max_entries: int = 4096
+    pool_max_bytes: int = 64 * 1024 * 1024
+    seen_capacity: int = 65536
+    tick_s: float = 0.25
+    """How often the core is asked what is due (dials, pulls, rotation)."""
+    handshake_timeout_s: float = 10.0
+    request_timeout_s: float = 5.0
+    """Total time for one HTTP request to a peer, and for one websocket send."""
+    heartbeat_s: float = 20.0
+    """Websocket ping interval; a peer that misses a pong is dropped."""
+    http_rate: float = 5.0
+    """HTTP requests per second per client IP (GET /info, /peers, /sample)."""
+    http_burst: float = 20.0
+
+    @property
+    def share(self) -> bool:
+        return self.protocol.share
+
+    def with_protocol(self, **changes: Any) -> "PeerConfig":
+        return dataclasses.replace(self, protocol=dataclasses.replace(self.protocol, **changes))
+
+    @classmethod
+    def from_args(cls, args: Any, base: "PeerConfig | None" = None) -> "PeerConfig":
+        """Apply the flags of `add_peer_arguments` (missing attributes keep `base`'s values)."""
+        config = base or cls()
+        changes: dict[str, Any] = {}
+        if getattr(args, "peer", None):
+            changes["bootstrap"] = tuple(check_address(a, "--peer") for a in args.peer)
+        if getattr(args, "listen", None):
+            changes["listen"] = check_address(args.listen, "--listen")
+        if getattr(args, "no_mdns", False):
+            changes["mdns"] = False
+        if getattr(args, "metrics_listen", None):
+            changes["metrics_listen"] = check_address(args.metrics_listen, "--metrics-listen")
+        config = dataclasses.replace(config, **changes)
+        if getattr(args, "no_share", False):
+            config = config.with_protocol(share=False)
+        return config
+
+
+def check_address(text: str, flag: str) -> str:
+    try:
+        parse_address(text)
+    except ValueError as exc:
+        raise UsageError(f"{flag} {text!r}: {exc}; write it as HOST:PORT, e.g. 192.168.1.20:{DEFAULT_PORT}") from None
+    return text.strip()
+
+
+def local_config(**protocol: Any) -> PeerConfig:
+    """A loopback node without mDNS or peer table, for tests and the demo; `protocol` overrides."""
+    return PeerConfig(listen="127.0.0.1:0", mdns=False, peer_table=False).with_protocol(**protocol)

@@ -1,0 +1,47 @@
+"""Shared builders for the peer tests: valid rollouts from real task refs, signed bodies, nodes."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from swarm_app import tasks
+from swarm_app.peer.config import PeerConfig, local_config
+from swarm_app.peer.identity import Identity
+from swarm_app.peer.wire import SignedRollout, sign_rollout
+from swarm_app.rollouts import Rollout
+
+FAST_DATASETS = ("basic_arithmetic", "base_conversion", "fraction_simplification", "decimal_arithmetic")
+
+
+def fast_specs() -> list[tasks.TaskSpec]:
+    specs = [s for s in tasks.preset("easy") if s.dataset in FAST_DATASETS]
+    return specs or tasks.preset("easy")
+
+
+def make_rollout(seed: int = 1, index: int = 0, completions: int = 4, round_: int = 0) -> Rollout:
+    ref = tasks.draw(fast_specs(), seed, round_ * 1000 + index, 1)[0]
+    task = tasks.regenerate(ref)
+    texts = tuple(f"thinking {i} <answer>{task.answer}</answer>" for i in range(completions))
+    return Rollout(ref, task.question, task.answer, texts, "test-model", round_, "", int(time.time() * 1000))
+
+
+def make_rollouts(n: int, seed: int = 1) -> list[Rollout]:
+    return [make_rollout(seed, i) for i in range(n)]
+
+
+def signed(identity: Identity, rollout: Rollout | None = None, *, seq: int | None = None,
+           ts_ms: int | None = None) -> SignedRollout:
+    rollout = rollout or make_rollout()
+    ts_ms = int(time.time() * 1000) if ts_ms is None else ts_ms
+    return sign_rollout(identity, rollout, ts_ms * 1000 if seq is None else seq, ts_ms)
+
+
+def fast_config(**protocol) -> PeerConfig:
+    """Loopback node with test-speed intervals."""
+    defaults = dict(pull_interval_s=0.3, exchange_interval_s=0.5, rotate_interval_s=3600.0)
+    return dataclasses.replace(local_config(**{**defaults, **protocol}), tick_s=0.05)
+
+
+def with_bootstrap(config: PeerConfig, *addresses: str) -> PeerConfig:
+    return dataclasses.replace(config, bootstrap=tuple(addresses))
