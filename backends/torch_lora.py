@@ -198,7 +198,9 @@ class TorchBackend(Backend):
 
     def load(self, spec: ModelSpec) -> None:
         from transformers import AutoModelForCausalLM, GenerationConfig
+        from transformers.utils import logging as hf_logging
 
+        hf_logging.disable_progress_bar()  # progress bars on every checkpoint would flood a terminal view
         self.close()
         folder = resolve_model_folder(spec.path)
         check_model_folder(folder)
