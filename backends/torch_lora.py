@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import hashlib
 import importlib.util
 import json
 import logging
@@ -185,7 +186,6 @@ class TorchBackend(Backend):
         self._model_id = ""
         self._stop_ids: list[int] = []
         self._end_id = 0
-        self._rounds = 0
 
     @classmethod
     def is_available(cls, hw: Hardware) -> tuple[bool, str]:
@@ -342,19 +342,18 @@ class TorchBackend(Backend):
         try:
             steps = [
                 self._minibatch_step([seqs[i] for i in part], [old.get(i) for i in part], [advantages[i] for i in part])
-                for part in self._minibatches(len(seqs))
+                for part in self._minibatches(len(seqs), shuffle_seed(batch))
             ]
         finally:
             self._model.eval()
         return self._summarize(steps, tokens=sum(s.n_completion for s in seqs))
 
-    def _minibatches(self, n: int) -> Iterator[list[int]]:
-        """Per epoch, a fresh shuffle of range(n) split into `minibatches` parts (seeded by the round count)."""
+    def _minibatches(self, n: int, seed: int) -> Iterator[list[int]]:
+        """Per epoch, a fresh shuffle of range(n) split into `minibatches` parts."""
         import torch
 
         optim = self._spec.optim
-        shuffle = torch.Generator().manual_seed(self._rounds)
-        self._rounds += 1
+        shuffle = torch.Generator().manual_seed(seed)
         for _ in range(optim.epochs):
             order = torch.randperm(n, generator=shuffle)
             yield from (part.tolist() for part in torch.tensor_split(order, min(optim.minibatches, n)))
@@ -479,3 +478,9 @@ class TorchBackend(Backend):
             import torch
 
             torch.cuda.empty_cache()
+
+
+def shuffle_seed(batch: list[TrainSample]) -> int:
+    """A seed from the batch itself: a resumed round reshuffles exactly as before, with no state to save."""
+    digest = hashlib.sha256("\x00".join(s.completion for s in batch).encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") & (2**63 - 1)
