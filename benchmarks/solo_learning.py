@@ -1,0 +1,117 @@
+"""Does the bundled model learn under RL on this machine? Solo SAPO nodes (J = 0) on bundled defaults.
+
+For each seed: `swarm run --no-ui` with defaults in its own run folder for up to --minutes of wall
+time (then Ctrl-C, which checkpoints and exits 0), then `swarm eval --n N` of the final adapter. The
+baseline is `swarm eval --n N` of the starting model, measured in the same run of this script.
+Writes curves and results to JSON and a PNG plot; prints the gain in points of held-out accuracy.
+
+    python benchmarks/solo_learning.py --seeds 0 1 2 --minutes 30 --parallel 3 --out out/solo
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def swarm(*args: str) -> list[str]:
+    return [sys.executable, "-m", "swarm_app", *args]
+
+
+def eval_json(env: dict, n: int, adapter: Path | None = None) -> dict:
+    cmd = swarm("eval", "--n", str(n), "--json", *(["--adapter", str(adapter)] if adapter else []))
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True)
+    return json.loads(out.stdout)
+
+
+def run_seeds(seeds: list[int], minutes: float, out: Path, env: dict, extra: list[str]) -> None:
+    procs = []
+    for seed in seeds:
+        run_dir = out / f"seed-{seed}"
+        log = open(out / f"seed-{seed}.log", "w", encoding="utf-8")
+        cmd = swarm("run", "--no-ui", "--fresh", "--seed", str(seed), "--run-dir", str(run_dir), *extra)
+        procs.append((subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env), log))
+    deadline = time.monotonic() + minutes * 60
+    while time.monotonic() < deadline and any(p.poll() is None for p, _ in procs):
+        time.sleep(2)
+    for proc, _ in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)  # saves the last completed round and exits 0
+    for proc, log in procs:
+        proc.wait(timeout=600)
+        log.close()
+
+
+def curve(run_dir: Path) -> list[dict]:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [{k: r.get(k) for k in ("round", "reward_local", "heldout_acc", "round_s")} for r in rows]
+
+
+def plot(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    for seed, res in results["seeds"].items():
+        rows = res["curve"]
+        ax1.plot([r["round"] for r in rows], moving_average([r["reward_local"] for r in rows], 5), label=f"seed {seed}")
+        evals = [r for r in rows if r["heldout_acc"] is not None]
+        ax2.plot([0] + [r["round"] for r in evals], [results["baseline"]["accuracy"]] + [r["heldout_acc"] for r in evals],
+                 marker="o", label=f"seed {seed}")
+    ax1.set(title="training reward (own rollouts, moving avg 5)", xlabel="round")
+    ax2.set(title="held-out accuracy (greedy, in-run eval)", xlabel="round")
+    ax1.legend()
+    ax2.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def moving_average(values: list[float], k: int) -> list[float]:
+    return [sum(values[max(0, i - k + 1):i + 1]) / len(values[max(0, i - k + 1):i + 1]) for i in range(len(values))]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--minutes", type=float, default=30.0, help="wall time per seed")
+    parser.add_argument("--parallel", type=int, default=1, help="seeds run at the same time")
+    parser.add_argument("--eval-n", type=int, default=500)
+    parser.add_argument("--out", type=Path, default=Path("out/solo"))
+    parser.add_argument("extra", nargs="*", help="extra flags for swarm run (after --)")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "SWARM_HOME": str(args.out.resolve() / "home")}
+    started = time.time()
+    baseline = eval_json(env, args.eval_n)
+    print(f"baseline held-out accuracy {baseline['accuracy']:.3f} (n={baseline['n']})", flush=True)
+    for i in range(0, len(args.seeds), args.parallel):
+        run_seeds(args.seeds[i:i + args.parallel], args.minutes, args.out, env, args.extra)
+    results = {"baseline": baseline, "minutes": args.minutes, "parallel": args.parallel, "seeds": {}}
+    for seed in args.seeds:
+        run_dir = args.out / f"seed-{seed}"
+        final = eval_json(env, args.eval_n, adapter=run_dir)
+        rows = curve(run_dir)
+        results["seeds"][seed] = {"final": final, "rounds": len(rows), "curve": rows,
+                                  "gain_points": 100 * (final["accuracy"] - baseline["accuracy"])}
+        print(f"seed {seed}: {len(rows)} rounds, held-out {baseline['accuracy']:.3f} -> {final['accuracy']:.3f} "
+              f"({results['seeds'][seed]['gain_points']:+.1f} points)", flush=True)
+    gains = [r["gain_points"] for r in results["seeds"].values()]
+    results["mean_gain_points"] = sum(gains) / len(gains)
+    results["wall_s"] = time.time() - started
+    (args.out / "solo_learning.json").write_text(json.dumps(results, indent=2))
+    plot(results, args.out / "solo_learning.png")
+    print(f"mean gain {results['mean_gain_points']:+.1f} points over {len(gains)} seeds; "
+          f"wrote {args.out / 'solo_learning.json'} and {args.out / 'solo_learning.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
