@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
 
+from backends import registry
 from swarm_app.errors import UsageError
 
 
@@ -29,8 +30,8 @@ def setting(default: Any, doc: str, *, choices: tuple | None = None, low: float 
 @dataclass
 class ModelSettings:
     path: str = setting("", "Model: a local HF folder or a Hugging Face id in the local cache. Empty: the bundled model.")
-    backend: str = setting("auto", "Engine for generation and LoRA updates.",
-                           choices=("auto", "torch", "fake", "mlx", "llama_cpp"))
+    backend: str = setting("auto", "Engine for generation and LoRA updates (auto: the best one detected).",
+                           choices=("auto", *registry.ENGINES))
     threads: int = setting(1, "CPU threads for torch (1 keeps a shared 2-core machine stable).", low=1, high=256)
     max_new_tokens: int = setting(48, "Longest completion in tokens.", low=1, high=8192)
     temperature: float = setting(1.0, "Sampling temperature for training rollouts.", low=0.0, high=5.0)
