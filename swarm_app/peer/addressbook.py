@@ -118,8 +118,8 @@ class AddressBook:
         self._book.pop(addr, None)
 
     def to_json(self) -> list[dict[str, Any]]:
-        return [{"addr": s.addr, "node": s.node_id, "last_ok": s.last_ok} for s in self._book.values()
-                if s.source != "bootstrap" and s.last_ok > 0]
+        """Addresses that worked at least once (the peer table keeps nothing else)."""
+        return [{"addr": s.addr, "node": s.node_id, "last_ok": s.last_ok} for s in self._book.values() if s.last_ok > 0]
 
     def load_json(self, data: Any) -> int:
         """Add the saved entries that are well-formed; returns how many."""

@@ -29,11 +29,12 @@ MAX_HAVE_IN_QUERY = 100
 
 class PeerUnavailable(Exception):
     """A peer that could not be reached or answered with an HTTP error. `http_only`: it answered HTTP
-    but refused the websocket upgrade, so HTTP fallback pulls may still work."""
+    but refused the websocket upgrade, so HTTP fallback pulls may still work. `busy`: it is at its
+    connection caps (HTTP 503), but its peer list is still worth asking for."""
 
-    def __init__(self, message: str, http_only: bool = False) -> None:
+    def __init__(self, message: str, http_only: bool = False, busy: bool = False) -> None:
         super().__init__(message)
-        self.http_only = http_only
+        self.http_only, self.busy = http_only, busy
 
 
 def base_url(addr: str) -> str:
@@ -59,7 +60,7 @@ async def dial(session: aiohttp.ClientSession, addr: str, identity: Identity, li
                 raise
     except aiohttp.WSServerHandshakeError as exc:
         raise PeerUnavailable(f"{addr} refused the websocket (HTTP {exc.status})",
-                              http_only=exc.status in (400, 404, 405, 426)) from None
+                              http_only=exc.status in (400, 404, 405, 426), busy=exc.status == 503) from None
     except (aiohttp.ClientError, OSError, TimeoutError) as exc:
         raise PeerUnavailable(f"{addr} unreachable: {exc.__class__.__name__}") from None
     assert handshake.peer is not None

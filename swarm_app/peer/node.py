@@ -76,6 +76,8 @@ class PeerNode:
         self.metrics = NodeMetrics(self)
         self.address: str | None = None
         """HOST:PORT the server is bound to (the real port when the config asked for port 0)."""
+        self.metrics_address: str | None = None
+        """HOST:PORT of the separate /metrics server, when `metrics_listen` is set."""
         self.stopping = False
         self._sample_rng = random.Random(self.rng.random())
         self._sample_lock = threading.Lock()
@@ -107,6 +109,7 @@ class PeerNode:
     async def start(self) -> None:
         """Bind the server and start discovery. Raises SwarmError only when the listen address is unusable."""
         self._loop = asyncio.get_running_loop()
+        self._ready = asyncio.Event()
         host, port = parse_address(self.config.listen)
         if self.peer_table_path is not None:
             discovery.load_peer_table(self.peer_table_path, self.core.addresses)
@@ -116,11 +119,14 @@ class PeerNode:
         for own_host in {host, "127.0.0.1", "localhost", "0.0.0.0"}:
             self.core.addresses.mark_own(format_address(own_host, bound_port))
         if self.config.metrics_listen:
-            await self._serve_app(server.metrics_app(self), *parse_address(self.config.metrics_listen), "--metrics-listen")
+            metrics_host, metrics_port = parse_address(self.config.metrics_listen)
+            metrics = await self._serve_app(server.metrics_app(self), metrics_host, metrics_port, "--metrics-listen")
+            self.metrics_address = format_address(metrics_host, metrics.addresses[0][1])
         if self.config.mdns:
             self._mdns = discovery.MdnsDiscovery(self.node_id, host, bound_port, self._found_on_lan)
             if not await self._mdns.start():
                 self._mdns = None
+        self._ready.set()
         log.info("peer node %s listening on %s", self.node_id[:12], self.address)
 
     async def _serve_app(self, app: web.Application, host: str, port: int, flag: str) -> web.AppRunner:
@@ -170,6 +176,7 @@ class PeerNode:
             discovery.save_peer_table(self.peer_table_path, self.core.addresses)
 
     async def _tick_loop(self) -> None:
+        await self._ready.wait()  # no dial before the server is bound: a hello must announce our port
         last_save = self.clock()
         while True:
             now = self.clock()
@@ -296,7 +303,7 @@ class PeerNode:
                                           self.config.handshake_timeout_s, self.config.heartbeat_s)
         except client.PeerUnavailable as exc:
             self.core.counters["dial_failures"] += 1
-            self.core.on_dial_failed(addr, self.clock(), exc.http_only)
+            self._execute(self.core.on_dial_failed(addr, self.clock(), exc.http_only, exc.busy))
             log.debug("%s", exc)
             return
         except (HandshakeError, MessageError) as exc:

@@ -220,10 +220,12 @@ class NodeCore:
         if self.inbound_by_ip[ip] <= 0:
             del self.inbound_by_ip[ip]
 
-    def on_dial_failed(self, addr: str, now: float, http_only: bool = False) -> None:
+    def on_dial_failed(self, addr: str, now: float, http_only: bool = False, busy: bool = False) -> list[Action]:
+        """Back off from `addr`. A busy node (connection caps reached) is still asked for its peer list."""
         self.dialing.discard(addr)
         delay = self.addresses.failed(addr, now, http_only)
         log.debug("dial %s failed; next try in %.1f s", addr, delay)
+        return [FetchPeers(addr)] if busy else []
 
     def on_connected(self, conn: int, peer: str, direction: str, dialed: str | None, ip: str,
                      listen: str | None, now: float) -> tuple[str | None, list[Action]]:

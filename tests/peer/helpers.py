@@ -39,7 +39,8 @@ def signed(identity: Identity, rollout: Rollout | None = None, *, seq: int | Non
 
 def fast_config(**protocol) -> PeerConfig:
     """Loopback node with test-speed intervals."""
-    defaults = dict(pull_interval_s=0.3, exchange_interval_s=0.5, rotate_interval_s=3600.0)
+    defaults = dict(pull_interval_s=0.3, exchange_interval_s=0.5, rotate_interval_s=3600.0,
+                    max_inbound=256, max_inbound_per_ip=256)
     return dataclasses.replace(local_config(**{**defaults, **protocol}), tick_s=0.05)
 
 
