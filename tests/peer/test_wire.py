@@ -116,7 +116,7 @@ def test_altered_body_fails_the_signature():
 text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, database=None)
 @given(question=text, answer=text, completions=st.lists(text, min_size=1, max_size=4),
        model=text, seq=st.integers(0, 2**53 - 1), ts=st.integers(0, 2**53 - 1), dataset=text)
 def test_fast_canonical_form_equals_rfc8785(question, answer, completions, model, seq, ts, dataset):
