@@ -1,0 +1,42 @@
+"""docs/protocol.md's test vector and message shapes match the implementation."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from swarm_app.peer.identity import Identity, b64url
+from swarm_app.peer.messages import ClientHandshake, ServerHandshake, decode_frame, encode
+from swarm_app.peer.wire import SignedRollout, parse_body, sign_rollout, signature_valid
+
+DOC = (Path(__file__).resolve().parents[2] / "docs" / "protocol.md").read_text(encoding="utf-8")
+
+
+def test_the_documented_test_vector():
+    identity = Identity(Ed25519PrivateKey.from_private_bytes(bytes(range(32))))
+    body = re.search(r"```json\n(.*?)\n```", DOC, re.S).group(1).encode()
+    sig = re.search(r"sig = (\S+)", DOC).group(1)
+    rollout_id = re.search(r"id  = ([0-9a-f]{64})", DOC).group(1)
+    assert f"public key `{b64url(identity.public_key)}`" in DOC
+    assert f"node id `{identity.node_id}`" in DOC
+    assert f"({len(body)} bytes)" in DOC
+    parsed = parse_body(body)
+    assert sign_rollout(identity, parsed.rollout, parsed.seq, parsed.ts_ms).body == body
+    signed = SignedRollout(body, identity.sign(b"RSP/1 rollout\n" + body))
+    assert b64url(signed.sig) == sig and signed.id.hex() == rollout_id and signature_valid(parsed, signed)
+
+
+def test_the_documented_hello_runs_between_two_sides():
+    client_id, server_id = Identity.generate(), Identity.generate()
+    client = ClientHandshake(client_id, "127.0.0.1:1")
+    server = ServerHandshake(server_id, "127.0.0.1:2")
+    hello = client.start()
+    assert set(hello) == {"t", "v", "key", "node", "nonce", "listen"}
+    reply = server.on_client_hello(decode_frame(encode(hello)))
+    assert set(reply) == {"t", "v", "key", "node", "nonce", "listen", "proof"}
+    proof = client.on_server_hello(decode_frame(encode(reply)))
+    assert set(proof) == {"t", "sig"}
+    assert server.on_client_proof(decode_frame(encode(proof))).node == client_id.node_id
+    assert client.peer.node == server_id.node_id
