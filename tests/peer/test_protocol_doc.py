@@ -21,7 +21,7 @@ def test_the_documented_test_vector():
     rollout_id = re.search(r"id  = ([0-9a-f]{64})", DOC).group(1)
     assert f"public key `{b64url(identity.public_key)}`" in DOC
     assert f"node id `{identity.node_id}`" in DOC
-    assert f"({len(body)} bytes)" in DOC
+    assert f"one line, {len(body)} bytes)" in DOC
     parsed = parse_body(body)
     assert sign_rollout(identity, parsed.rollout, parsed.seq, parsed.ts_ms).body == body
     signed = SignedRollout(body, identity.sign(b"RSP/1 rollout\n" + body))
