@@ -17,7 +17,7 @@ DOC = (Path(__file__).resolve().parents[2] / "docs" / "protocol.md").read_text(e
 def test_the_documented_test_vector():
     identity = Identity(Ed25519PrivateKey.from_private_bytes(bytes(range(32))))
     body = re.search(r"```json\n(.*?)\n```", DOC, re.S).group(1).encode()
-    sig = re.search(r"sig = (\S+)", DOC).group(1)
+    sig = re.search(r"sig = ([A-Za-z0-9_-]{86})\n", DOC).group(1)
     rollout_id = re.search(r"id  = ([0-9a-f]{64})", DOC).group(1)
     assert f"public key `{b64url(identity.public_key)}`" in DOC
     assert f"node id `{identity.node_id}`" in DOC
