@@ -124,31 +124,36 @@ class IdentityStore:
     def __init__(self, key_file: Path | None = None, use_keyring: bool = True) -> None:
         self.key_file = key_file or user_dirs().data / KEY_FILE_NAME
         self.keyring = real_keyring() if use_keyring else None
+        self.source: str | None = None
+        """"keyring" or "file" once a key was loaded or saved."""
 
     def describe(self) -> str:
-        if self.keyring is not None:
+        if self.source == "keyring" or (self.source is None and self.keyring is not None):
             return f"OS keyring ({type(self.keyring).__name__})"
         return f"file {self.key_file} (0600)"
 
     def load(self) -> Identity | None:
-        """The stored identity, or None when there is none yet."""
+        """The stored identity (keyring first, then the key file), or None when there is none yet."""
         if self.keyring is not None:
             text = self._keyring_call("get_password", KEYRING_SERVICE, KEYRING_USER)
             if text is not None:
+                self.source = "keyring"
                 return Identity.from_pem(text.encode("ascii"))
-            if self.keyring is not None:
-                return None
-        if not self.key_file.exists():
+        if not self.key_file.exists():  # also where a keyring-less earlier run left its key
             return None
         check_private_file(self.key_file)
+        self.source = "file"
         return Identity.from_pem(self.key_file.read_bytes())
 
     def save(self, identity: Identity) -> None:
+        """Store in the keyring when there is one (the key file, if any, is left alone), else in the file."""
         if self.keyring is not None:
             self._keyring_call("set_password", KEYRING_SERVICE, KEYRING_USER, identity.to_pem().decode("ascii"))
             if self.keyring is not None:
+                self.source = "keyring"
                 return
         write_private_file(self.key_file, identity.to_pem())
+        self.source = "file"
 
     def load_or_create(self) -> LoadedIdentity:
         identity = self.load()

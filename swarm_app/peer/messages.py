@@ -27,6 +27,8 @@ MAX_PULL = 64
 MAX_HAVE = 1024
 """Authors listed in one pull request."""
 MAX_ADDRESS = 300
+FRAME_BUDGET = MAX_FRAME_BYTES - 4096
+"""Bytes of rollout items per outgoing message, leaving room for the envelope."""
 
 MESSAGE_REASONS: dict[str, str] = {
     "frame_too_large": "websocket message over 1 MiB",
@@ -155,6 +157,17 @@ _DECODERS: dict[str, Callable[[dict], Message]] = {
     "sample": lambda d: Sample(_int(d["re"], 0, 2**53 - 1), _items(d["items"])),
     "bye": _bye,
 }
+
+
+def fit_items(items: list[dict[str, str]], budget: int = FRAME_BUDGET) -> list[dict[str, str]]:
+    """The longest prefix of `items` whose encoding fits in one frame."""
+    fitted, size = [], 0
+    for item in items:
+        size += len(encode(item).encode("utf-8")) + 1
+        if size > budget:
+            break
+        fitted.append(item)
+    return fitted
 
 
 # --- the hello handshake: each side signs a fresh nonce of the other with both ids and the version

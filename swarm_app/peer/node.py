@@ -46,6 +46,8 @@ log = logging.getLogger(__name__)
 
 SEND_QUEUE = 256
 """Messages waiting for one peer; beyond this they are dropped (a slow peer must not grow memory)."""
+SEND_QUEUE_BYTES = 8 * 1024 * 1024
+"""Bytes waiting for one peer: a peer that asks for samples and never reads gets nothing more."""
 TABLE_SAVE_S = 300.0
 
 Listener = Callable[[PoolEntry, bool], None]
@@ -56,6 +58,7 @@ class Link:
     ws: Any
     queue: asyncio.Queue
     writer: asyncio.Task | None = None
+    queued_bytes: int = 0
 
 
 class PeerNode:
@@ -277,10 +280,16 @@ class PeerNode:
         link = self._links.get(conn)
         if link is None:
             return
+        text = encode(message)
+        if link.queued_bytes + len(text) > SEND_QUEUE_BYTES:
+            self.core.counters["send_dropped"] += 1
+            return
         try:
-            link.queue.put_nowait(encode(message))
+            link.queue.put_nowait(text)
         except asyncio.QueueFull:
             self.core.counters["send_dropped"] += 1
+            return
+        link.queued_bytes += len(text)
 
     def _close(self, conn: int, reason: str) -> None:
         link = self._links.get(conn)
@@ -352,7 +361,8 @@ class PeerNode:
     async def _writer(self, link: Link) -> None:
         try:
             while (text := await link.queue.get()) is not None:
-                async with asyncio.timeout(self.config.request_timeout_s):
+                link.queued_bytes -= len(text)
+                async with asyncio.timeout(self.config.request_timeout_s):  # a peer that stops reading is dropped
                     await link.ws.send_str(text)
         except (ConnectionError, TimeoutError, aiohttp.ClientError) as exc:
             log.debug("send failed: %r", exc)

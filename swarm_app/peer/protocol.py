@@ -21,17 +21,15 @@ from typing import Any
 from swarm_app.peer.addressbook import AddressBook, format_address, parse_address
 from swarm_app.peer.admission import Accepted, Admission
 from swarm_app.peer.identity import Identity
-from swarm_app.peer.messages import MAX_HAVE, Bye, MessageError, Pull, Push, Sample, decode_frame, encode
+from swarm_app.peer.messages import MAX_HAVE, Bye, MessageError, Pull, Push, Sample, decode_frame, fit_items
 from swarm_app.peer.pool import PoolEntry
 from swarm_app.peer.ratelimit import TokenBucket
 from swarm_app.peer.scores import PeerBook, PeerRecord
-from swarm_app.peer.wire import MAX_FRAME_BYTES, WireError, item_from_json, parse_body, sign_rollout
+from swarm_app.peer.wire import WireError, item_from_json, parse_body, sign_rollout
 from swarm_app.rollouts import Rollout
 
 log = logging.getLogger(__name__)
 
-FRAME_BUDGET = MAX_FRAME_BYTES - 4096
-"""Bytes of rollout items per outgoing message, leaving room for the envelope."""
 MAX_EXCHANGE = 64
 """Addresses taken from one peer list."""
 
@@ -53,6 +51,8 @@ class ProtocolConfig:
     conn_rate: float = 20.0
     """Messages per second accepted on one connection, sustained."""
     conn_burst: float = 60.0
+    pull_cost: float = 5.0
+    """Tokens an incoming pull takes from the connection's bucket: answering one scans the pool."""
     max_inbound: int = 64
     max_inbound_per_ip: int = 8
     share: bool = True
@@ -305,6 +305,8 @@ class NodeCore:
         if isinstance(msg, Push):
             return self._receive(c, msg.items, True, now)
         if isinstance(msg, Pull):
+            if not c.bucket.take(now, self.config.pull_cost - 1):
+                return self._penalize(c, "conn_rate", now)
             return [self._answer_pull(c, msg, now)]
         if isinstance(msg, Sample):
             if c.pending.pop(msg.re, None) is None:
@@ -426,14 +428,3 @@ class NodeCore:
         listed += [{"node": s.node_id, "addr": s.addr, "verified": True} for s in self.addresses.entries()
                    if s.last_ok > 0 and s.addr not in seen]
         return listed[:limit]
-
-
-def fit_items(items: list[dict[str, str]], budget: int = FRAME_BUDGET) -> list[dict[str, str]]:
-    """The longest prefix of `items` whose encoding fits in one frame."""
-    fitted, size = [], 0
-    for item in items:
-        size += len(encode(item).encode("utf-8")) + 1
-        if size > budget:
-            break
-        fitted.append(item)
-    return fitted

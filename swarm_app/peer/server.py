@@ -20,8 +20,8 @@ from aiohttp import web
 
 from swarm_app import __version__
 from swarm_app.peer.identity import b64url
-from swarm_app.peer.messages import HandshakeError, Hello, MessageError, ServerHandshake, decode_frame, encode
-from swarm_app.peer.protocol import fit_items
+from swarm_app.peer.messages import (HandshakeError, Hello, MessageError, ServerHandshake, decode_frame, encode,
+                                     fit_items)
 from swarm_app.peer.ratelimit import BucketMap
 from swarm_app.peer.wire import MAX_FRAME_BYTES, PROTOCOL_VERSION
 
@@ -120,7 +120,11 @@ async def handshake(ws: web.WebSocketResponse, node: "PeerNode") -> Hello | None
     hs = ServerHandshake(node.identity, node.address)
     try:
         async with asyncio.timeout(node.config.handshake_timeout_s):
-            await ws.send_str(encode(hs.on_client_hello(await _text(ws))))
+            hello = await _text(ws)
+            if isinstance(hello, Hello) and node.core.peers.is_banned(hello.node, node.clock()):
+                await ws.send_str(encode({"t": "bye", "reason": "banned"}))  # before spending a signature
+                return None
+            await ws.send_str(encode(hs.on_client_hello(hello)))
             return hs.on_client_proof(await _text(ws))
     except (TimeoutError, MessageError, HandshakeError, ConnectionError, aiohttp.ClientError) as exc:
         log.debug("inbound hello failed: %s", exc)

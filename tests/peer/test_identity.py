@@ -92,6 +92,13 @@ def test_real_keyring_is_used_when_present(monkeypatch, isolated_home):
     assert IdentityStore().load().node_id == loaded.identity.node_id
 
 
+def test_a_key_file_from_before_the_keyring_is_kept(monkeypatch, isolated_home):
+    old = IdentityStore().load_or_create().identity  # headless: file
+    monkeypatch.setattr(identity_mod, "real_keyring", lambda: MemoryKeyring())
+    loaded = IdentityStore().load_or_create()
+    assert not loaded.created and loaded.identity.node_id == old.node_id and loaded.store.startswith("file ")
+
+
 def test_keyring_failure_falls_back_to_the_file(monkeypatch, isolated_home, caplog):
     monkeypatch.setattr(identity_mod, "real_keyring", lambda: MemoryKeyring(fail=True))
     store = IdentityStore()
