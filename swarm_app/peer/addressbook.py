@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 SOURCES = ("bootstrap", "mdns", "exchange", "inbound", "table")
 
@@ -83,11 +83,11 @@ class AddressBook:
             state.node_id = node_id
         return state
 
-    def candidates(self, now: float, exclude_nodes: set[str], exclude_addrs: set[str]) -> list[str]:
-        """Addresses due for a dial attempt, excluding connected or banned nodes and pending dials."""
+    def candidates(self, now: float, skip_node: Callable[[str], bool], exclude_addrs: set[str]) -> list[str]:
+        """Addresses due for a dial attempt, except pending dials and known nodes `skip_node` rejects."""
         return [s.addr for s in self._book.values()
                 if s.next_attempt <= now and s.addr not in exclude_addrs and s.addr not in self.own
-                and (s.node_id is None or s.node_id not in exclude_nodes)]
+                and (s.node_id is None or not skip_node(s.node_id))]
 
     def failed(self, addr: str, now: float, http_only: bool = False) -> float:
         """Record a failed dial; returns the delay until the next attempt."""

@@ -36,7 +36,8 @@ from swarm_app.peer.identity import Identity, IdentityStore
 from swarm_app.peer.messages import HandshakeError, Hello, MessageError, encode
 from swarm_app.peer.metrics import NodeMetrics
 from swarm_app.peer.pool import PoolEntry, RolloutPool, SeenCache
-from swarm_app.peer.protocol import Action, Admitted, Close, Dial, FetchPeers, HttpPull, NodeCore, Send
+from swarm_app.peer.actions import Action, Admitted, Close, Dial, FetchPeers, HttpPull, Send
+from swarm_app.peer.protocol import NodeCore
 from swarm_app.peer.scores import PeerBook
 from swarm_app.peer.stats import NodeStats, snapshot
 from swarm_app.rollouts import Rollout

@@ -5,7 +5,8 @@ data plane: publish = sign, file in the pool, push to `push_fanout` random neigh
 `pull_interval_s` ask one random neighbour for up to `pull_max` fresh rollouts (one per author,
 unheard authors first); answer pulls from the pool; admit what arrives and penalize what is rejected.
 Callers feed it events (`tick`, `on_frame`, `on_connected`, ...) with the current time and carry out
-the returned actions (`Dial`, `Send`, `Close`, `FetchPeers`, `HttpPull`; `Admitted` is a notice).
+the returned actions (actions.py: `Dial`, `Send`, `Close`, `FetchPeers`, `HttpPull`; `Admitted` is a
+notice).
 It never reads a clock, sleeps, opens a socket or raises on peer input; randomness comes from the
 injected `random.Random`, so a simulator can run thousands of cores deterministically.
 """
@@ -18,6 +19,7 @@ from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
+from swarm_app.peer.actions import Action, Admitted, Close, Dial, FetchPeers, HttpPull, Send
 from swarm_app.peer.addressbook import AddressBook, format_address, parse_address
 from swarm_app.peer.admission import Accepted, Admission
 from swarm_app.peer.identity import Identity
@@ -60,44 +62,6 @@ class ProtocolConfig:
     own_push_rate: float = 4.0
     """Own rollouts pushed per second at most: no faster than peers' per-author limit admits."""
     own_push_burst: float = 128.0
-
-
-@dataclass(frozen=True)
-class Dial:
-    addr: str
-
-
-@dataclass(frozen=True)
-class Send:
-    conn: int
-    message: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class Close:
-    conn: int
-    reason: str
-
-
-@dataclass(frozen=True)
-class FetchPeers:
-    addr: str
-
-
-@dataclass(frozen=True)
-class HttpPull:
-    addr: str
-    have: dict[str, int]
-    max: int
-
-
-@dataclass(frozen=True)
-class Admitted:
-    entry: PoolEntry
-    pushed: bool
-
-
-Action = Dial | Send | Close | FetchPeers | HttpPull | Admitted
 
 
 @dataclass
@@ -162,8 +126,7 @@ class NodeCore:
         need = self.config.target_outbound - outbound
         if need <= 0:
             return []
-        busy = set(self.by_peer) | {r.node_id for r in self.peers.records() if r.is_banned(now)} | {self.node_id}
-        candidates = self.addresses.candidates(now, busy, self.dialing)
+        candidates = self.addresses.candidates(now, lambda node: self._not_dialable(node, now), self.dialing)
         chosen = self.rng.sample(candidates, min(need, len(candidates)))
         self.dialing.update(chosen)
         return [Dial(addr) for addr in chosen]
@@ -187,12 +150,15 @@ class NodeCore:
         outbound = [c for c in self.conns.values() if c.direction == "out"]
         if len(outbound) < self.config.target_outbound:
             return []
-        if not self.addresses.candidates(now, set(self.by_peer) | {self.node_id}, self.dialing):
+        if not self.addresses.candidates(now, lambda node: self._not_dialable(node, now), self.dialing):
             return []
         victim = self.rng.choice(outbound)
         if victim.addr:
             self.addresses.hold(victim.addr, now + self.config.rotate_interval_s)
         return [Close(victim.conn, "rotate")]
+
+    def _not_dialable(self, node: str, now: float) -> bool:
+        return node == self.node_id or node in self.by_peer or self.peers.is_banned(node, now)
 
     def _expire_pending(self, now: float) -> None:
         for conn in self.conns.values():

@@ -18,7 +18,8 @@ from swarm_app.peer.admission import Admission, AdmissionLimits
 from swarm_app.peer.identity import Identity
 from swarm_app.peer.messages import ClientHandshake, ServerHandshake, decode_frame, encode
 from swarm_app.peer.pool import RolloutPool, SeenCache
-from swarm_app.peer.protocol import Admitted, Close, Dial, FetchPeers, HttpPull, NodeCore, ProtocolConfig, Send
+from swarm_app.peer.actions import Admitted, Close, Dial, FetchPeers, HttpPull, Send
+from swarm_app.peer.protocol import NodeCore, ProtocolConfig
 from swarm_app.peer.scores import PeerBook, ScorePolicy
 from swarm_app.tasks import regenerate
 

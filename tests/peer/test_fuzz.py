@@ -8,7 +8,6 @@ Whatever arrives, the only outcomes are a typed message / `Accepted`, or the doc
 from __future__ import annotations
 
 import json
-import random
 import time
 
 import rfc8785
@@ -18,9 +17,10 @@ from swarm_app.peer.admission import REASONS, Accepted, Admission, AdmissionLimi
 from swarm_app.peer.identity import Identity, b64url
 from swarm_app.peer.messages import MESSAGE_REASONS, MessageError, decode_frame
 from swarm_app.peer.pool import RolloutPool, SeenCache
-from swarm_app.peer.protocol import Action, ProtocolConfig
+from swarm_app.peer.actions import Action
+from swarm_app.peer.protocol import ProtocolConfig
 from swarm_app.peer.scores import REASON_WEIGHTS
-from swarm_app.peer.wire import SignedRollout, WireError, body_dict, item_from_json
+from swarm_app.peer.wire import SignedRollout, WireError, item_from_json
 from tests.peer.helpers import make_rollout, signed
 from tests.peer.sim import Simulation
 

@@ -6,7 +6,8 @@ import random
 from collections import Counter
 
 from swarm_app.peer.addressbook import AddressBook, parse_address
-from swarm_app.peer.protocol import Close, Dial, FetchPeers, HttpPull, ProtocolConfig, Send
+from swarm_app.peer.actions import Close, Dial, FetchPeers, HttpPull, Send
+from swarm_app.peer.protocol import ProtocolConfig
 from tests.peer.helpers import make_rollout, make_rollouts
 from tests.peer.sim import START, Simulation
 

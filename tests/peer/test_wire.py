@@ -9,7 +9,7 @@ import pytest
 import rfc8785
 from hypothesis import given, settings, strategies as st
 
-from swarm_app.peer.identity import Identity, b64url
+from swarm_app.peer.identity import Identity
 from swarm_app.peer.wire import (MAX_BODY_BYTES, SIGNATURE_PREFIX, SignedRollout, WireError, body_dict,
                                  canonical_json, item_from_json, parse_body, sign_rollout, signature_valid)
 from swarm_app.rollouts import Rollout
