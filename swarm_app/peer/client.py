@@ -17,7 +17,7 @@ import aiohttp
 
 from swarm_app.peer.addressbook import format_address, parse_address
 from swarm_app.peer.identity import Identity
-from swarm_app.peer.messages import ClientHandshake, Hello, decode_frame, encode
+from swarm_app.peer.messages import Bye, ClientHandshake, Hello, decode_frame, encode
 from swarm_app.peer.wire import MAX_FRAME_BYTES
 
 log = logging.getLogger(__name__)
@@ -54,7 +54,10 @@ async def dial(session: aiohttp.ClientSession, addr: str, identity: Identity, li
                 reply = await ws.receive()
                 if reply.type != aiohttp.WSMsgType.TEXT:
                     raise PeerUnavailable(f"{addr} closed during the hello ({reply.type.name})")
-                await ws.send_str(encode(handshake.on_server_hello(decode_frame(reply.data))))
+                answer = decode_frame(reply.data)
+                if isinstance(answer, Bye):  # e.g. "banned": not a broken peer, just a closed door
+                    raise PeerUnavailable(f"{addr} refused the connection: {answer.reason}")
+                await ws.send_str(encode(handshake.on_server_hello(answer)))
             except BaseException:
                 await ws.close()
                 raise

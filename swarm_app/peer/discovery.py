@@ -79,6 +79,7 @@ class MdnsDiscovery:
         self._tasks: set[asyncio.Task] = set()
 
     async def start(self) -> bool:
+        from zeroconf import Error as ZeroconfError
         from zeroconf import IPVersion, ServiceStateChange
         from zeroconf.asyncio import AsyncServiceBrowser, AsyncServiceInfo, AsyncZeroconf
 
@@ -92,7 +93,7 @@ class MdnsDiscovery:
                                         properties={"node": self.node_id, "v": "1"})
                 await self._zc.async_register_service(info)
             self._browser = AsyncServiceBrowser(self._zc.zeroconf, SERVICE_TYPE, handlers=[self._on_change])
-        except (OSError, RuntimeError) as exc:  # no multicast route, no interface: run without mDNS
+        except (OSError, RuntimeError, ZeroconfError) as exc:  # no multicast route, name clash: go on without
             log.warning("mDNS unavailable (%s); LAN peers must be given with --peer", exc)
             await self.stop()
             return False
