@@ -51,7 +51,7 @@ class ProtocolConfig:
     exchange_interval_s: float = 30.0
     """Ask a neighbour for its peer list this often."""
     conn_rate: float = 20.0
-    """Messages per second accepted on one connection, sustained."""
+    """Messages (and pushed rollouts) per second accepted on one connection, sustained."""
     conn_burst: float = 60.0
     pull_cost: float = 5.0
     """Tokens an incoming pull takes from the connection's bucket: answering one scans the pool."""
@@ -268,7 +268,9 @@ class NodeCore:
             msg = decode_frame(text)
         except MessageError as exc:
             return self._penalize(c, exc.reason, now)
-        if isinstance(msg, Push):
+        if isinstance(msg, Push):  # unsolicited rollouts cost a token each: 64 per message is no loophole
+            if len(msg.items) > 1 and not c.bucket.take(now, len(msg.items) - 1):
+                return self._penalize(c, "conn_rate", now)
             return self._receive(c, msg.items, True, now)
         if isinstance(msg, Pull):
             if not c.bucket.take(now, self.config.pull_cost - 1):

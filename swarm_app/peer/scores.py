@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from swarm_app.peer.ratelimit import LeakyScore
 
 REASON_WEIGHTS: dict[str, float] = {
-    "duplicate": 0.0,       # normal in gossip
+    "duplicate": 0.05,      # normal in gossip now and then; by the thousand it is a flood
     "stale": 0.2,           # a slow path or a skewed clock
     "unknown_task": 0.2,    # an honest node with another task mix
     "author_rate": 0.5,     # only counted for pushed rollouts; pull answers are not the sender's fault
