@@ -25,7 +25,8 @@ RUN_FLAGS = {
     "model": "model.path", "backend": "model.backend", "threads": "model.threads",
     "tasks": "tasks.preset", "rounds": "train.rounds", "local": "train.local", "external": "train.external",
     "completions": "train.completions", "seed": "train.seed", "run_dir": "run.run_dir",
-    "log_format": "run.log_format",
+    "log_format": "run.log_format", "peer": "peer.peers", "listen": "peer.listen",
+    "metrics_listen": "peer.metrics_listen", "mdns": "peer.mdns", "share": "peer.share", "online": "peer.enabled",
 }
 
 
@@ -47,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--run-dir", metavar="DIR", help="run folder (default: one run in the user data dir)")
     run.add_argument("--fresh", action="store_true", help="start over; an existing run is moved aside")
     run.add_argument("--log-format", choices=("text", "json"))
+    _peer_flags(run)
 
     ev = commands.add_parser("eval", help="held-out accuracy with greedy decoding")
     _common_model_flags(ev)
@@ -55,6 +57,19 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--n", type=int, default=200, help="held-out questions (default 200)")
     ev.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
+
+
+def _peer_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("swarm")
+    group.add_argument("--peer", action="append", metavar="HOST:PORT",
+                       help="a peer to dial first (repeatable); more are found by mDNS and peer exchange")
+    group.add_argument("--listen", metavar="HOST:PORT", help="address to accept peers on (default 0.0.0.0:47470)")
+    group.add_argument("--no-mdns", dest="mdns", action="store_false", default=None, help="no LAN discovery")
+    group.add_argument("--no-share", dest="share", action="store_false", default=None,
+                       help="do not send own rollouts (still receive)")
+    group.add_argument("--metrics-listen", metavar="HOST:PORT", help="serve Prometheus /metrics here")
+    group.add_argument("--offline", dest="online", action="store_false", default=None,
+                       help="no network at all: train alone")
 
 
 def _common_model_flags(parser: argparse.ArgumentParser) -> None:

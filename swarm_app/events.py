@@ -30,6 +30,12 @@ class RunStarted(Event):
 
 
 @dataclass(frozen=True)
+class SwarmJoined(Event):
+    node_id: str
+    address: str
+
+
+@dataclass(frozen=True)
 class RoundFinished(Event):
     metrics: dict[str, Any] = field(default_factory=dict)
     """The row just written to metrics.jsonl."""

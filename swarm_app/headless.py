@@ -10,7 +10,7 @@ import os
 import sys
 from typing import TextIO
 
-from swarm_app.events import CheckpointSaved, Event, RoundFinished, RunStarted, RunStopped
+from swarm_app.events import CheckpointSaved, Event, RoundFinished, RunStarted, RunStopped, SwarmJoined
 
 
 class HeadlessView:
@@ -35,6 +35,8 @@ class HeadlessView:
                     f"tasks {event.preset}; starting at round {event.start_round}, {until}")
         if isinstance(event, RoundFinished):
             return format_round(event.metrics, self.total_rounds)
+        if isinstance(event, SwarmJoined):
+            return f"swarm: node {event.node_id} listening on {event.address}"
         if isinstance(event, RunStopped):
             return f"stopped after round {event.last_round} ({event.reason})"
         if isinstance(event, CheckpointSaved):
@@ -60,5 +62,7 @@ def format_round(row: dict, total: int) -> str:
              f"external {external:.3f} ({row['n_external']} groups)" if external is not None else "external -"]
     if row.get("heldout_acc") is not None:
         parts.append(f"held-out acc {row['heldout_acc']:.3f}")
+    if row.get("peers") is not None:
+        parts.append(f"peers {row['peers']} (in {row['rollouts_accepted']}, out {row['rollouts_published']})")
     parts.append(f"gen {row['gen_s']:.1f}s train {row['train_s']:.1f}s")
     return "  ".join(parts)

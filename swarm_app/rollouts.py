@@ -57,6 +57,9 @@ class RolloutExchange(Protocol):
     def sample(self, count: int) -> list[Rollout]:
         """Up to `count` admitted peer rollouts: fresh, uniform, with a per-author cap."""
 
+    def record_used(self, rollout: Rollout, mean_advantage: float) -> None:
+        """The trainer used this peer rollout; `mean_advantage` is the mean |A| of its group here."""
+
 
 class Inbox:
     """A local `RolloutExchange`: keeps what is published, hands out what a test put in."""
@@ -64,6 +67,7 @@ class Inbox:
     def __init__(self, pending: list[Rollout] | None = None) -> None:
         self.published: list[Rollout] = []
         self.pending: list[Rollout] = list(pending or [])
+        self.used: list[tuple[Rollout, float]] = []
         self._lock = threading.Lock()
 
     def publish(self, rollout: Rollout) -> None:
@@ -74,3 +78,7 @@ class Inbox:
         with self._lock:
             taken, self.pending = self.pending[:count], self.pending[count:]
         return taken
+
+    def record_used(self, rollout: Rollout, mean_advantage: float) -> None:
+        with self._lock:
+            self.used.append((rollout, mean_advantage))

@@ -8,8 +8,10 @@ Both views (TUI and headless) are subscribers; neither talks to the trainer dire
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
+import random
 import time
 from pathlib import Path
 from typing import Callable
@@ -17,13 +19,13 @@ from typing import Callable
 from backends import registry
 from backends.base import BackendError, Hardware, LoraConfig, ModelSpec, OptimConfig, Sampling
 from swarm_app import tasks
-from swarm_app.errors import CheckpointError, ModelError, UsageError
-from swarm_app.events import CheckpointSaved, Event, RoundFinished, RunStarted, RunStopped
+from swarm_app.errors import CheckpointError, ModelError, SwarmError, UsageError
+from swarm_app.events import CheckpointSaved, Event, RoundFinished, RunStarted, RunStopped, SwarmJoined
 from swarm_app.files import write_text_atomic
 from swarm_app.models import resolve_model
 from swarm_app.paths import user_dirs
 from swarm_app.rollouts import RolloutExchange
-from swarm_app.settings import Settings, describe
+from swarm_app.settings import PeerSettings, Settings, describe
 from swarm_app.training.checkpoint import Checkpoints, CheckpointState
 from swarm_app.training.loop import RoundAbandoned, RoundPlan, Trainer
 from swarm_app.training.metrics import MetricsLog
@@ -32,6 +34,22 @@ log = logging.getLogger(__name__)
 
 RUN_FILE = "run.json"
 """What a run was started with; a resume with another model or preset is refused."""
+
+
+def peer_config(settings: Settings):
+    """The peer node's configuration from the [peer] settings; bad addresses raise UsageError."""
+    from swarm_app.peer.config import PeerConfig, check_address
+
+    peer = settings.peer
+    config = PeerConfig(listen=check_address(peer.listen, "peer.listen"),
+                        bootstrap=tuple(check_address(a, "peer.peers") for a in peer.peers), mdns=peer.mdns,
+                        metrics_listen=check_address(peer.metrics_listen, "peer.metrics_listen") if peer.metrics_listen else None)
+    return config.with_protocol(share=peer.share)
+
+
+def any_port(listen: str) -> str:
+    host = listen.rsplit(":", 1)[0]
+    return f"{host}:0"
 
 
 def run_dir_of(settings: Settings) -> Path:
@@ -53,6 +71,9 @@ class Session:
         self.trainer: Trainer | None = None
         self.backend_name = ""
         self.backend_reason = ""
+        self.peer_config = None
+        self.peer_node = None
+        self.seed = 0
         self.next_round = 1
         self.metrics_rows = 0
         self._stopping = False
@@ -61,8 +82,11 @@ class Session:
     def open(self) -> None:
         """Blocking (loads the model): call it from a worker thread in async code."""
         specs = tasks.preset(self.settings.tasks.preset)
+        if self.exchange is None and self.settings.peer.enabled:
+            self.peer_config = peer_config(self.settings)
         model_dir = resolve_model(self.settings.model.path)
-        self._check_run_matches(model_dir)
+        started = self._check_run_matches(model_dir)
+        self.seed = self._seed(started)
         backend = self._load_backend(model_dir)
         if self.fresh:
             self._move_old_run_aside()
@@ -93,14 +117,23 @@ class Session:
 
     def _plan(self, specs: list[tasks.TaskSpec]) -> RoundPlan:
         t, m = self.settings.train, self.settings.model
-        return RoundPlan(specs, t.local, t.external, t.completions, t.seed,
+        return RoundPlan(specs, t.local, t.external, t.completions, self.seed,
                          Sampling(m.max_new_tokens, m.temperature, m.top_p), t.keep_zero_advantage_local,
                          t.eval_every, tasks.heldout(specs, t.eval_n))
 
-    def _check_run_matches(self, model_dir: Path) -> None:
+    def _seed(self, started: dict) -> int:
+        """The run's seed: the flag or setting, else the one the run started with, else a new random one."""
+        if self.settings.train.seed >= 0:
+            return self.settings.train.seed
+        if "seed" in started:
+            return int(started["seed"])
+        return random.SystemRandom().randrange(tasks.HELDOUT_SEED)
+
+    def _check_run_matches(self, model_dir: Path) -> dict:
+        """What the existing run was started with ({} for a new run); refuses a different model or preset."""
         path = self.run_dir / RUN_FILE
         if self.fresh or not path.exists():
-            return
+            return {}
         try:
             started = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
@@ -111,6 +144,7 @@ class Session:
         if mismatches:
             raise UsageError(f"the run in {self.run_dir} was started with {', '.join(mismatches)}; "
                              "resume it with the same settings, start over with --fresh, or choose another --run-dir")
+        return started
 
     def _move_old_run_aside(self) -> None:
         if self.run_dir.exists() and any(self.run_dir.iterdir()):
@@ -134,7 +168,8 @@ class Session:
         path = self.run_dir / RUN_FILE
         if path.exists():
             return
-        info = {"model": str(model_dir), "preset": self.settings.tasks.preset, "backend": self.backend_name,
+        info = {"model": str(model_dir), "preset": self.settings.tasks.preset, "seed": self.seed,
+                "backend": self.backend_name,
                 "created": time.time(), "settings": describe(self.settings)}
         write_text_atomic(path, json.dumps(info, indent=2))
 
@@ -155,12 +190,14 @@ class Session:
         last_saved = last_done = self.next_round - 1
         reason = "finished"
         try:
+            await self._join_swarm()
             while not self._stopping and (total == 0 or self.next_round <= total):
                 t = self.next_round
                 try:
                     row = await asyncio.to_thread(trainer.run_round, t)
                 except RoundAbandoned:
                     break
+                row.update(self._swarm_figures())
                 self.metrics.append(row)
                 self.metrics_rows += 1
                 last_done, self.next_round = t, t + 1
@@ -175,8 +212,35 @@ class Session:
         finally:
             if last_done > last_saved:
                 await self._save(last_done)
+            if self.peer_node is not None:
+                await self.peer_node.stop()
             self.on_event(RunStopped(last_done, reason))
         return last_done
+
+    async def _join_swarm(self) -> None:
+        """Start this user's peer node. It never blocks training: unreachable peers are retried later."""
+        if self.peer_config is None:
+            return
+        from swarm_app.peer.node import PeerNode  # deferred: only networked runs need aiohttp's server side
+
+        node = PeerNode.from_config(self.peer_config)
+        try:
+            await node.start()
+        except SwarmError as exc:
+            if self.settings.peer.listen != PeerSettings.listen:
+                raise  # the user chose this address: say so rather than pick another
+            log.warning("%s; listening on a free port instead", exc.message)
+            node = PeerNode.from_config(dataclasses.replace(self.peer_config, listen=any_port(self.peer_config.listen)))
+            await node.start()
+        self.peer_node = self.trainer.exchange = self.exchange = node
+        self.on_event(SwarmJoined(node.node_id, node.address or ""))
+
+    def _swarm_figures(self) -> dict:
+        if self.peer_node is None:
+            return {}
+        stats = self.peer_node.stats()
+        return {"peers": stats.neighbours, "pool": stats.pool_size, "rollouts_published": stats.published,
+                "rollouts_accepted": stats.accepted, "rollouts_rejected": sum(stats.rejected.values())}
 
     async def _save(self, t: int) -> int:
         state = CheckpointState(t, self.metrics_rows, self.trainer.backend.model_id, self.backend_name)

@@ -53,7 +53,8 @@ class TrainSettings:
     external: int = setting(0, "J: peers' rollout groups per round (0 trains alone).", low=0, high=256)
     completions: int = setting(8, "L: completions per question (GRPO group size).", low=2, high=64)
     rounds: int = setting(0, "Total rounds of the run; a resumed run continues up to this. 0: until stopped.", low=0)
-    seed: int = setting(0, "Seed for task draws and sampling.", low=0, high=2**31 - 1)
+    seed: int = setting(-1, "Seed for task draws and sampling. -1: drawn at random when a run starts and kept "
+                        "with the run (nodes of a swarm must not all draw the same questions).", low=-1, high=2**31 - 2)
     learning_rate: float = setting(3e-4, "Adam learning rate.", low=0.0, high=1.0)
     weight_decay: float = setting(0.0, "AdamW weight decay.", low=0.0, high=1.0)
     epochs: int = setting(1, "Passes over one round's data.", low=1, high=16)
@@ -73,6 +74,16 @@ class TaskSettings:
 
 
 @dataclass
+class PeerSettings:
+    enabled: bool = setting(True, "Join the swarm: share own rollouts and receive peers' (false: no network at all).")
+    listen: str = setting("0.0.0.0:47470", "HOST:PORT to accept peers on; if the port is taken, a free one is used.")
+    peers: list = setting([], "Peers to dial first, HOST:PORT each (more come from mDNS, peer exchange, the peer table).")
+    mdns: bool = setting(True, "Announce and find nodes on the local network with mDNS.")
+    share: bool = setting(True, "Send own rollouts to peers (false: only receive).")
+    metrics_listen: str = setting("", "HOST:PORT for Prometheus /metrics. Empty: on the peer port, to localhost only.")
+
+
+@dataclass
 class RunSettings:
     run_dir: str = setting("", "Run folder (metrics, checkpoints). Empty: the default run in the user data dir.")
     log_format: str = setting("text", "Headless log lines.", choices=("text", "json"))
@@ -85,6 +96,7 @@ class Settings:
     lora: LoraSettings = field(default_factory=LoraSettings)
     train: TrainSettings = field(default_factory=TrainSettings)
     tasks: TaskSettings = field(default_factory=TaskSettings)
+    peer: PeerSettings = field(default_factory=PeerSettings)
     run: RunSettings = field(default_factory=RunSettings)
 
     def sections(self) -> dict[str, Any]:

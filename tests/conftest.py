@@ -22,7 +22,7 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(autouse=True)
 def isolated_home(tmp_path, monkeypatch) -> Path:
-    """Point every platformdirs folder at a temp dir and drop SWARM_* settings from the environment."""
+    """Point every platformdirs folder at a temp dir; drop SWARM_* settings; keep tests off the network."""
     import os
 
     for key in list(os.environ):
@@ -30,6 +30,8 @@ def isolated_home(tmp_path, monkeypatch) -> Path:
             monkeypatch.delenv(key)
     home = tmp_path / "swarm-home"
     monkeypatch.setenv("SWARM_HOME", str(home))
+    # No test joins a real swarm by accident (port 47470, mDNS on the LAN); networked tests opt in.
+    monkeypatch.setenv("SWARM_PEER_ENABLED", "false")
     return home
 
 

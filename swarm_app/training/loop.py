@@ -76,6 +76,8 @@ class Trainer:
             raise RoundAbandoned(t)
         train_started = time.perf_counter()
         stats = self._update(own, external)
+        for group in external:
+            self.exchange.record_used(group.rollout, mean([abs(a) for a in group.advantages]))
         row = self._row(t, own, external, stats, gen_s, time.perf_counter() - train_started)
         if self.plan.eval_every and t % self.plan.eval_every == 0:
             row["heldout_acc"] = self.evaluate().accuracy
