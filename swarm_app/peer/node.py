@@ -97,12 +97,16 @@ class PeerNode:
             addresses.add(addr, "bootstrap")
 
     @classmethod
-    def from_config(cls, config: PeerConfig) -> "PeerNode":
-        """The node of this user: identity from its store, peer table in the data dir (if enabled)."""
-        loaded = IdentityStore().load_or_create()
-        log.info("node id %s (key in %s)", loaded.identity.node_id, loaded.store)
+    def from_config(cls, config: PeerConfig, identity: Identity | None = None) -> "PeerNode":
+        """The node of this user: identity from its store (unless given), peer table in the data dir
+        (if enabled). Two nodes in one process need two identities: same key, same node id, and they
+        refuse each other as "self"."""
+        if identity is None:
+            loaded = IdentityStore().load_or_create()
+            log.info("node id %s (key in %s)", loaded.identity.node_id, loaded.store)
+            identity = loaded.identity
         table = user_dirs().data / discovery.PEER_TABLE_NAME if config.peer_table else None
-        return cls(config, loaded.identity, peer_table_path=table)
+        return cls(config, identity, peer_table_path=table)
 
     @property
     def node_id(self) -> str:
@@ -329,6 +333,9 @@ class PeerNode:
         conn = self._next_conn
         refusal, actions = self.core.on_connected(conn, hello.node, direction, dialed, ip, hello.listen, self.clock())
         if refusal is not None:
+            if refusal == "self" and dialed:
+                log.info("%s answered with this node's own id: our own address, or another node using "
+                         "the same key (an identity imported on two machines?)", dialed)
             await _bye_and_close(ws, refusal, self.config.request_timeout_s)
             return
         link = self._links[conn] = Link(ws, asyncio.Queue(maxsize=SEND_QUEUE))
