@@ -8,3 +8,7 @@ neighbours, push/pull choices, backoff, offender bans), and the aiohttp glue (`s
 
 Importing this package must stay cheap: nothing heavy is imported here.
 """
+
+DEFAULT_PORT = 47470
+DEFAULT_LISTEN = f"0.0.0.0:{DEFAULT_PORT}"
+"""Where a node accepts peers unless told otherwise (all interfaces: a LAN swarm needs no setup)."""

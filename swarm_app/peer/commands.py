@@ -4,7 +4,8 @@
 `PeerConfig.from_args(args)` reads. `add_identity_arguments(parser)` and `identity_main(args)`
 implement `swarm identity show|export FILE|import FILE`. Output goes to the stream passed in (the
 CLI's stdout); the private key is only ever written to the export file, never to a stream or a log.
-Errors are `UsageError`s for the CLI to print.
+Errors are `UsageError`s for the CLI to print. Importing this module is cheap (argparse only): the
+crypto and networking modules load when a command runs.
 """
 
 from __future__ import annotations
@@ -12,11 +13,14 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from swarm_app.errors import UsageError
-from swarm_app.peer.config import DEFAULT_LISTEN, PeerConfig
-from swarm_app.peer.identity import Identity, IdentityStore, b64url, write_private_file
+from swarm_app.peer import DEFAULT_LISTEN
+
+if TYPE_CHECKING:
+    from swarm_app.peer.config import PeerConfig
+    from swarm_app.peer.identity import IdentityStore
 
 __all__ = ["add_peer_arguments", "add_identity_arguments", "identity_main", "peer_config_from_args"]
 
@@ -32,7 +36,9 @@ def add_peer_arguments(parser: argparse.ArgumentParser) -> None:
                        help="serve Prometheus /metrics here (default: on the peer port, to localhost only)")
 
 
-def peer_config_from_args(args: argparse.Namespace, base: PeerConfig | None = None) -> PeerConfig:
+def peer_config_from_args(args: argparse.Namespace, base: "PeerConfig | None" = None) -> "PeerConfig":
+    from swarm_app.peer.config import PeerConfig
+
     return PeerConfig.from_args(args, base)
 
 
@@ -44,6 +50,8 @@ def add_identity_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def identity_main(args: argparse.Namespace, out: TextIO | None = None, store: IdentityStore | None = None) -> int:
+    from swarm_app.peer.identity import IdentityStore
+
     out = out or sys.stdout
     store = store or IdentityStore()
     if args.action == "show":
@@ -56,7 +64,9 @@ def identity_main(args: argparse.Namespace, out: TextIO | None = None, store: Id
     return _import(store, path, getattr(args, "force", False), out)
 
 
-def _show(store: IdentityStore, out: TextIO) -> int:
+def _show(store: "IdentityStore", out: TextIO) -> int:
+    from swarm_app.peer.identity import b64url
+
     loaded = store.load_or_create()
     identity = loaded.identity
     if loaded.created:
@@ -67,7 +77,9 @@ def _show(store: IdentityStore, out: TextIO) -> int:
     return 0
 
 
-def _export(store: IdentityStore, path: Path, out: TextIO) -> int:
+def _export(store: "IdentityStore", path: Path, out: TextIO) -> int:
+    from swarm_app.peer.identity import write_private_file
+
     if path.exists():
         raise UsageError(f"{path} exists; choose a new file name (export never overwrites)")
     identity = store.load_or_create().identity
@@ -79,7 +91,9 @@ def _export(store: IdentityStore, path: Path, out: TextIO) -> int:
     return 0
 
 
-def _import(store: IdentityStore, path: Path, force: bool, out: TextIO) -> int:
+def _import(store: "IdentityStore", path: Path, force: bool, out: TextIO) -> int:
+    from swarm_app.peer.identity import Identity
+
     try:
         data = path.read_bytes()
     except OSError as exc:

@@ -11,13 +11,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from swarm_app.errors import UsageError
+from swarm_app.peer import DEFAULT_LISTEN, DEFAULT_PORT
 from swarm_app.peer.addressbook import parse_address
 from swarm_app.peer.admission import AdmissionLimits
 from swarm_app.peer.protocol import ProtocolConfig
 from swarm_app.peer.scores import ScorePolicy
 
-DEFAULT_PORT = 47470
-DEFAULT_LISTEN = f"0.0.0.0:{DEFAULT_PORT}"
 
 
 @dataclass(frozen=True)

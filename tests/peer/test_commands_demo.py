@@ -127,3 +127,13 @@ async def test_each_node_has_its_own_metrics_registry():
     a.core.counters["published"] = 3
     assert b"rsp_published_total 3.0" in a.metrics.render()[0]
     assert b"rsp_published_total 0.0" in b.metrics.render()[0]
+
+
+def test_importing_the_cli_hooks_is_cheap():
+    import subprocess
+    import sys
+
+    code = ("import sys, swarm_app.peer.commands; "
+            "print(sorted(m for m in ('aiohttp', 'cryptography', 'zeroconf', 'reasoning_gym', 'torch') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.strip() == "[]"
