@@ -9,10 +9,8 @@ This module knows nothing of models or networking.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
-import io
 import json
 import random
 from dataclasses import dataclass, field
@@ -140,17 +138,25 @@ def _dataset(dataset: str, digest: str, seed: int):
         raise KeyError(f"unknown task config {dataset}/{digest}")
     import reasoning_gym  # deferred: importing it costs ~1 s
 
-    with contextlib.redirect_stdout(io.StringIO()):  # bf prints progress dots to stdout
-        return reasoning_gym.create_dataset(dataset, seed=seed, size=DATASET_SIZE, **spec.config)
+    _silence_bf_compiler()
+    return reasoning_gym.create_dataset(dataset, seed=seed, size=DATASET_SIZE, **spec.config)
+
+
+@functools.cache
+def _silence_bf_compiler() -> None:
+    """bf's bundled compiler prints a progress dot per item with the builtin print, which would corrupt
+    the TUI and the headless lines. A module-level `print` shadows the builtin for that module only;
+    `contextlib.redirect_stdout` would not do: it swaps sys.stdout for every thread at once."""
+    from reasoning_gym.code.contrib.bfit.Compiler import Optimizer
+
+    Optimizer.print = lambda *args, **kwargs: None
 
 
 def regenerate(ref: TaskRef) -> Task:
     """The question and ground truth of `ref`. Raises KeyError for a config this node does not know."""
     if not 0 <= ref.index < DATASET_SIZE or not 0 <= ref.seed <= HELDOUT_SEED:
         raise KeyError(f"task ref out of range: {ref}")
-    ds = _dataset(ref.dataset, ref.config_digest, ref.seed)
-    with contextlib.redirect_stdout(io.StringIO()):
-        entry = ds[ref.index]
+    entry = _dataset(ref.dataset, ref.config_digest, ref.seed)[ref.index]
     return Task(ref, str(entry["question"]), str(entry["answer"]), entry)
 
 
@@ -176,8 +182,7 @@ def score(task: Task, completion: str) -> float:
         return 0.0
     ds = _dataset(task.ref.dataset, task.ref.config_digest, task.ref.seed)
     try:
-        with contextlib.redirect_stdout(io.StringIO()):
-            reward = float(ds.score_answer(answer, task.entry))
+        reward = float(ds.score_answer(answer, task.entry))
     except (ValueError, TypeError, ArithmeticError, SyntaxError, RecursionError):
         return 0.0  # a verifier choking on junk text is a wrong answer, not a crash
     return min(max(reward, 0.0), 1.0)

@@ -104,3 +104,25 @@ def test_score_rewards_only_the_extracted_answer():
 def test_taskref_round_trips_through_dict():
     ref = tasks.draw(tasks.preset("paper"), 3, 9, 1)[0]
     assert tasks.TaskRef.from_dict(json.loads(json.dumps(ref.to_dict()))) == ref
+
+
+def test_generating_tasks_on_threads_leaves_stdout_alone(capsys):
+    """bf's compiler prints dots; silencing it must not swap sys.stdout under other threads."""
+    import sys
+    import threading
+
+    stdout = sys.stdout
+    spec = next(s for s in tasks.preset("paper") if s.dataset == "bf")
+    refs = tasks.draw([spec], 5, 1, 24)
+
+    def work(part):
+        for ref in part:
+            tasks.score(tasks.regenerate(ref), "<answer>x</answer>")
+
+    threads = [threading.Thread(target=work, args=(refs[i::4],)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sys.stdout is stdout
+    assert "." not in capsys.readouterr().out
