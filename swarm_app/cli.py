@@ -50,6 +50,22 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--log-format", choices=("text", "json"))
     _peer_flags(run)
 
+    demo = commands.add_parser("demo", help="a local swarm of N training nodes in this process (127.0.0.1)")
+    _common_model_flags(demo)
+    demo.add_argument("--nodes", type=int, default=4, metavar="N", help="nodes (default 4)")
+    demo.add_argument("--rounds", type=int, default=10, metavar="R", help="rounds per node (default 10)")
+    demo.add_argument("--local", type=int, metavar="I")
+    demo.add_argument("--external", type=int, default=4, metavar="J", help="peers' groups per round (default 4)")
+    demo.add_argument("--completions", type=int, metavar="L")
+    demo.add_argument("--seed", type=int, metavar="S", help="seed of node 0; node i uses S + i (default 0)")
+    demo.add_argument("--tasks", metavar="PRESET")
+    demo.add_argument("--out", metavar="DIR", help="where the nodes' run folders go (default: a new folder in the data dir)")
+
+    ident = commands.add_parser("identity", help="this node's key: show, export FILE, import FILE")
+    from swarm_app.peer.commands import add_identity_arguments
+
+    add_identity_arguments(ident)
+
     ev = commands.add_parser("eval", help="held-out accuracy with greedy decoding")
     _common_model_flags(ev)
     ev.add_argument("--adapter", metavar="DIR", help="a LoRA adapter: a checkpoint folder or a run folder")
@@ -157,4 +173,25 @@ def eval_command(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"run": run_command, "eval": eval_command}
+def demo_command(args: argparse.Namespace) -> int:
+    if not 1 <= args.nodes <= 64:
+        raise UsageError(f"--nodes {args.nodes} is out of range; allowed: 1 to 64")
+    settings = load_settings_for(args)
+    if settings.train.rounds == 0:
+        raise UsageError("--rounds must be at least 1 for a demo")
+    from swarm_app.demo_command import default_out_dir, format_summary, run_demo_swarm
+
+    out_dir = Path(args.out) if args.out else default_out_dir()
+    print(f"demo: {args.nodes} nodes, {settings.train.rounds} rounds, J = {settings.train.external}; runs in {out_dir}")
+    summaries = asyncio.run(run_demo_swarm(settings, args.nodes, out_dir))
+    print(format_summary(summaries))
+    return 0
+
+
+def identity_command(args: argparse.Namespace) -> int:
+    from swarm_app.peer.commands import identity_main
+
+    return identity_main(args)
+
+
+COMMANDS = {"run": run_command, "eval": eval_command, "demo": demo_command, "identity": identity_command}

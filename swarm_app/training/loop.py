@@ -134,6 +134,8 @@ class Trainer:
             "round": t,
             "reward_local": mean(local_rewards),
             "reward_external": mean(external_rewards) if external_rewards else None,
+            "reward_local_sum": sum(local_rewards),
+            "reward_external_sum": sum(external_rewards),
             "n_local": len(own),
             "n_external": len(external),
             "groups_with_signal": sum(has_signal(g.rewards) for g in own + external),

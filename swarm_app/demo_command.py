@@ -1,0 +1,97 @@
+"""`swarm demo --nodes N`: a local swarm of N training nodes in one process, on 127.0.0.1.
+
+Each node is a full Session (own run folder, seed, throwaway identity) whose exchange is a peer node
+of `swarm_app.peer.demo.local_swarm`; they find each other through the first node and peer exchange.
+Prints one line per node per round and a final summary per node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from swarm_app.events import Event, RoundFinished
+from swarm_app.headless import format_round
+from swarm_app.paths import user_dirs
+from swarm_app.session import Session
+from swarm_app.settings import Settings
+
+
+@dataclass
+class NodeSummary:
+    node: int
+    rounds: int = 0
+    local_reward: float = 0.0
+    total_reward: float = 0.0
+    heldout_acc: float | None = None
+    sent: int = 0
+    received: int = 0
+    used: int = 0
+
+
+def node_settings(base: Settings, index: int, out_dir: Path) -> Settings:
+    seed = max(base.train.seed, 0) + index
+    return dataclasses.replace(
+        base,
+        run=dataclasses.replace(base.run, run_dir=str(out_dir / f"node-{index}"), ui=False),
+        train=dataclasses.replace(base.train, seed=seed),
+        peer=dataclasses.replace(base.peer, enabled=False),  # the demo hands each session its own node
+    )
+
+
+def default_out_dir() -> Path:
+    return user_dirs().data / "demo" / time.strftime("%Y%m%d-%H%M%S")
+
+
+async def run_demo_swarm(base: Settings, nodes: int, out_dir: Path, stream: TextIO | None = None) -> list[NodeSummary]:
+    from swarm_app.peer.demo import run_demo  # deferred: aiohttp
+
+    stream = stream or sys.stdout
+    summaries = [NodeSummary(i) for i in range(nodes)]
+    sessions: list[Session] = []
+    loop = asyncio.get_running_loop()
+    previous = signal.signal(signal.SIGINT, lambda *_: [loop.call_soon_threadsafe(s.stop) for s in sessions])
+
+    async def run_node(index: int, node) -> None:
+        summary = summaries[index]
+
+        def on_event(event: Event) -> None:
+            if isinstance(event, RoundFinished):
+                row = event.metrics
+                summary.rounds += 1
+                summary.local_reward += row["reward_local_sum"]
+                summary.total_reward += row["reward_local_sum"] + row["reward_external_sum"]
+                summary.used += row["n_external"]
+                print(f"node {index}  {format_round(row, base.train.rounds)}", file=stream, flush=True)
+
+        session = Session(node_settings(base, index, out_dir), exchange=node, on_event=on_event, fresh=True)
+        sessions.append(session)
+        try:
+            await asyncio.to_thread(session.open)
+            await session.run()
+            summary.heldout_acc = (await asyncio.to_thread(session.trainer.evaluate)).accuracy
+        finally:
+            stats = node.stats()
+            summary.sent, summary.received = stats.published, stats.accepted
+            session.close()
+
+    try:
+        await run_demo(nodes, run_node)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    return summaries
+
+
+def format_summary(summaries: list[NodeSummary]) -> str:
+    lines = ["node  rounds  cum. local reward  cum. total reward  held-out acc  sent  received  used"]
+    for s in summaries:
+        acc = f"{s.heldout_acc:.3f}" if s.heldout_acc is not None else "-"
+        lines.append(f"{s.node:>4}  {s.rounds:>6}  {s.local_reward:>17.1f}  {s.total_reward:>17.1f}  {acc:>12}"
+                     f"  {s.sent:>4}  {s.received:>8}  {s.used:>4}")
+    return "\n".join(lines)

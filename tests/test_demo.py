@@ -1,0 +1,43 @@
+"""`swarm demo`: a local swarm of training sessions in one process, and `swarm identity`."""
+
+import json
+
+from swarm_app.cli import main
+
+
+def stub_model(tmp_path):
+    model = tmp_path / "stub"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    (model / "tokenizer.json").write_text("{}")
+    (model / "tokenizer_config.json").write_text(json.dumps({"chat_template": "x"}))
+    return model
+
+
+def test_demo_runs_every_node_and_prints_a_summary(tmp_path, capsys):
+    out = tmp_path / "demo"
+    code = main(["demo", "--nodes", "3", "--rounds", "3", "--backend", "fake", "--model", str(stub_model(tmp_path)),
+                 "--local", "2", "--completions", "4", "--out", str(out)])
+    text = capsys.readouterr().out
+    assert code == 0
+    for node in range(3):
+        assert sum(line.startswith(f"node {node}  round") for line in text.splitlines()) == 3
+        rows = (out / f"node-{node}" / "metrics.jsonl").read_text().splitlines()
+        assert [json.loads(r)["round"] for r in rows] == [1, 2, 3]
+        assert json.loads((out / f"node-{node}" / "run.json").read_text())["seed"] == node
+    summary = text.split("cum. total reward")[1].splitlines()[1:]
+    assert len(summary) == 3
+    sent = [int(line.split()[-3]) for line in summary]
+    received = [int(line.split()[-2]) for line in summary]
+    assert all(s == 3 * 2 for s in sent)  # every own group published
+    assert sum(received) > 0
+
+
+def test_identity_show_creates_a_key_once(capsys):
+    assert main(["identity", "show"]) == 0
+    first = capsys.readouterr().out
+    assert main(["identity", "show"]) == 0
+    second = capsys.readouterr().out
+    node_id = [line.split()[-1] for line in second.splitlines() if line.startswith("node id")][0]
+    assert "created a new identity" in first and "created" not in second
+    assert node_id in first and "PRIVATE" not in first + second
