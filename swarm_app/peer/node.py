@@ -8,7 +8,7 @@ call_soon_threadsafe, and the pool has its own lock. It makes no protocol decisi
 
 Constructor (what the session calls):
     PeerNode(config, identity, *, peer_table_path=None, clock=time.time, rng=None, regenerate_task=regenerate)
-    PeerNode.from_config(config)  # identity from the keyring / key file, peer table in the data dir
+    PeerNode.from_config(config, identity=None)  # identity from the keyring / key file, table in the data dir
 """
 
 from __future__ import annotations

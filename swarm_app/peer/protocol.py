@@ -379,9 +379,9 @@ class NodeCore:
         """Addresses from a peer's GET /peers answer; returns how many were new."""
         added = 0
         for entry in (entries if isinstance(entries, list) else [])[:MAX_EXCHANGE]:
-            if not isinstance(entry, dict) or not isinstance(entry.get("addr"), str):
+            if not isinstance(entry, dict) or not isinstance(entry.get("addr"), str) or len(entry["addr"]) > 300:
                 continue
-            node = entry.get("node") if isinstance(entry.get("node"), str) else None
+            node = entry.get("node") if isinstance(entry.get("node"), str) and len(entry["node"]) <= 64 else None
             if node == self.node_id:
                 continue
             fresh = entry["addr"] not in self.addresses
