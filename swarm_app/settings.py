@@ -8,7 +8,6 @@ Unknown keys and bad values raise `UsageError` naming the key and what is allowe
 from __future__ import annotations
 
 import dataclasses
-import os
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path

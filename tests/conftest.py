@@ -35,6 +35,19 @@ def isolated_home(tmp_path, monkeypatch) -> Path:
     return home
 
 
+@pytest.fixture
+def stub_model(tmp_path) -> Path:
+    """A folder that passes the model checks; the fake backend loads nothing from it."""
+    import json
+
+    folder = tmp_path / "stub-model"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    (folder / "tokenizer.json").write_text("{}")
+    (folder / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ messages }}"}))
+    return folder
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
     """A small untrained llama-type HF model folder with tokenizer and chat template, built offline."""

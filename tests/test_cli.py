@@ -84,13 +84,8 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, existing_run,
     assert snapshot(existing_run) == before
 
 
-def test_eval_json_with_the_fake_backend(tmp_path, capsys):
-    model = tmp_path / "stub"
-    model.mkdir()
-    (model / "config.json").write_text("{}")
-    (model / "tokenizer.json").write_text("{}")
-    (model / "tokenizer_config.json").write_text(json.dumps({"chat_template": "x"}))
-    assert main(["eval", "--backend", "fake", "--model", str(model), "--tasks", "easy", "--n", "10", "--json"]) == 0
+def test_eval_json_with_the_fake_backend(stub_model, capsys):
+    assert main(["eval", "--backend", "fake", "--model", str(stub_model), "--tasks", "easy", "--n", "10", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["n"] == 10 and 0.0 <= result["accuracy"] <= 1.0
     assert set(result["per_task"]) <= {s for s in ("basic_arithmetic", "base_conversion", "calendar_arithmetic",

@@ -61,13 +61,9 @@ def test_kill_mid_round_then_resume_with_the_torch_backend(tiny_model_dir, tmp_p
     backend.load_adapter(folder)  # raises if the adapter is not loadable
 
 
-def test_sigkill_at_random_moments_never_breaks_the_checkpoint(tmp_path):
+def test_sigkill_at_random_moments_never_breaks_the_checkpoint(stub_model, tmp_path):
     """Ten kills at random moments of a fast fake-backend run: every time, the run resumes cleanly."""
-    model = tmp_path / "stub"
-    model.mkdir()
-    (model / "config.json").write_text("{}")
-    (model / "tokenizer.json").write_text("{}")
-    (model / "tokenizer_config.json").write_text(json.dumps({"chat_template": "x"}))
+    model = stub_model
     run_dir = tmp_path / "run"
     args = ["--model", str(model), "--backend", "fake", "--run-dir", str(run_dir), "--rounds", "400",
             "--local", "2", "--completions", "2"]

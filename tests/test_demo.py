@@ -5,18 +5,9 @@ import json
 from swarm_app.cli import main
 
 
-def stub_model(tmp_path):
-    model = tmp_path / "stub"
-    model.mkdir()
-    (model / "config.json").write_text("{}")
-    (model / "tokenizer.json").write_text("{}")
-    (model / "tokenizer_config.json").write_text(json.dumps({"chat_template": "x"}))
-    return model
-
-
-def test_demo_runs_every_node_and_prints_a_summary(tmp_path, capsys):
+def test_demo_runs_every_node_and_prints_a_summary(stub_model, tmp_path, capsys):
     out = tmp_path / "demo"
-    code = main(["demo", "--nodes", "3", "--rounds", "3", "--backend", "fake", "--model", str(stub_model(tmp_path)),
+    code = main(["demo", "--nodes", "3", "--rounds", "3", "--backend", "fake", "--model", str(stub_model),
                  "--local", "2", "--completions", "4", "--out", str(out)])
     text = capsys.readouterr().out
     assert code == 0

@@ -15,17 +15,6 @@ from swarm_app.training.checkpoint import Checkpoints
 from swarm_app.training.loop import rescore
 
 
-@pytest.fixture
-def stub_model(tmp_path):
-    """A folder that passes the model checks; the fake backend loads nothing from it."""
-    folder = tmp_path / "stub-model"
-    folder.mkdir()
-    (folder / "config.json").write_text("{}")
-    (folder / "tokenizer.json").write_text("{}")
-    (folder / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ messages }}"}))
-    return folder
-
-
 def make_settings(stub_model, run_dir, rounds, **train):
     settings = Settings()
     settings.model.path, settings.model.backend = str(stub_model), "fake"

@@ -5,7 +5,7 @@ import json
 
 from swarm_app.events import RoundFinished, SwarmJoined
 from swarm_app.session import Session
-from tests.test_session import make_settings, stub_model  # noqa: F401  (fixture)
+from tests.test_session import make_settings
 
 
 def networked(settings, seed, peers=()):

@@ -1,7 +1,7 @@
 """What `swarm_app/cli.py` wires for the peer module: the peer flags and `swarm identity ...`.
 
-`add_peer_arguments(parser)` adds --peer/--listen/--no-mdns/--no-share/--metrics-listen, which
-`PeerConfig.from_args(args)` reads. `add_identity_arguments(parser)` and `identity_main(args)`
+The peer flags themselves are settings (`[peer]`, see swarm_app/settings.py and cli.py).
+`add_identity_arguments(parser)` and `identity_main(args)`
 implement `swarm identity show|export FILE|import FILE`. Output goes to the stream passed in (the
 CLI's stdout); the private key is only ever written to the export file, never to a stream or a log.
 Errors are `UsageError`s for the CLI to print. Importing this module is cheap (argparse only): the
@@ -16,30 +16,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from swarm_app.errors import UsageError
-from swarm_app.peer import DEFAULT_LISTEN
 
 if TYPE_CHECKING:
-    from swarm_app.peer.config import PeerConfig
     from swarm_app.peer.identity import IdentityStore
 
-__all__ = ["add_peer_arguments", "add_identity_arguments", "identity_main", "peer_config_from_args"]
-
-
-def add_peer_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("peers")
-    group.add_argument("--peer", action="append", metavar="HOST:PORT",
-                       help="a peer to connect to (repeatable); more are found by mDNS and peer exchange")
-    group.add_argument("--listen", metavar="HOST:PORT", help=f"address to accept peers on (default {DEFAULT_LISTEN})")
-    group.add_argument("--no-mdns", action="store_true", help="do not announce or look for peers on the LAN")
-    group.add_argument("--no-share", action="store_true", help="do not send own rollouts to peers (still receive)")
-    group.add_argument("--metrics-listen", metavar="HOST:PORT",
-                       help="serve Prometheus /metrics here (default: on the peer port, to localhost only)")
-
-
-def peer_config_from_args(args: argparse.Namespace, base: "PeerConfig | None" = None) -> "PeerConfig":
-    from swarm_app.peer.config import PeerConfig
-
-    return PeerConfig.from_args(args, base)
+__all__ = ["add_identity_arguments", "identity_main"]
 
 
 def add_identity_arguments(parser: argparse.ArgumentParser) -> None:

@@ -1,6 +1,6 @@
 """`PeerConfig`: every knob of a peer node in one frozen dataclass, with the defaults of DESIGN §5.
 
-The CLI builds it from flags (`from_args`); tests and the demo build it directly with faster
+The session builds it from the [peer] settings (`session.peer_config`); tests and the demo build it directly with faster
 intervals. This module only holds values and parses addresses; it starts nothing.
 """
 
@@ -56,24 +56,6 @@ class PeerConfig:
 
     def with_protocol(self, **changes: Any) -> "PeerConfig":
         return dataclasses.replace(self, protocol=dataclasses.replace(self.protocol, **changes))
-
-    @classmethod
-    def from_args(cls, args: Any, base: "PeerConfig | None" = None) -> "PeerConfig":
-        """Apply the flags of `add_peer_arguments` (missing attributes keep `base`'s values)."""
-        config = base or cls()
-        changes: dict[str, Any] = {}
-        if getattr(args, "peer", None):
-            changes["bootstrap"] = tuple(check_address(a, "--peer") for a in args.peer)
-        if getattr(args, "listen", None):
-            changes["listen"] = check_address(args.listen, "--listen")
-        if getattr(args, "no_mdns", False):
-            changes["mdns"] = False
-        if getattr(args, "metrics_listen", None):
-            changes["metrics_listen"] = check_address(args.metrics_listen, "--metrics-listen")
-        config = dataclasses.replace(config, **changes)
-        if getattr(args, "no_share", False):
-            config = config.with_protocol(share=False)
-        return config
 
 
 def check_address(text: str, flag: str) -> str:

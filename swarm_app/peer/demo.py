@@ -4,7 +4,7 @@ The first node is the bootstrap of the others (its port is only known once it is
 exchange then spreads every address, so the swarm meshes without any address typed by hand. Each
 node gets a fresh throwaway identity (the user's own key is not touched) and no peer table. This
 module knows nothing of training: `run_demo` calls the `run_node(index, node)` coroutine the CLI
-passes (a Session per node), and `node_settings` derives each node's settings (own run dir and seed).
+passes (a Session per node; see swarm_app/demo_command.py).
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import dataclasses
 import logging
 import time
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any, AsyncIterator, Awaitable, Callable
 
 from swarm_app.peer.config import PeerConfig, local_config
@@ -77,13 +76,3 @@ async def run_demo(n: int, run_node: Callable[[int, PeerNode], Awaitable[Any]],
             if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
                 log.error("demo node %d failed: %r", i, result)
         return [node.stats() for node in nodes]
-
-
-def node_settings(base: Any, index: int, out_dir: Path) -> Any:
-    """Settings of demo node `index`: its own run dir under `out_dir`, seed base + index, no UI.
-
-    `base` is a `swarm_app.settings.Settings` (rounds, J and the rest come from it unchanged).
-    """
-    run = dataclasses.replace(base.run, run_dir=str(out_dir / f"node-{index}"), ui=False)
-    train = dataclasses.replace(base.train, seed=base.train.seed + index)
-    return dataclasses.replace(base, run=run, train=train)

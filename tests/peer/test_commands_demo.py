@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import time
 from pathlib import Path
@@ -10,9 +9,8 @@ from pathlib import Path
 import pytest
 
 from swarm_app.errors import UsageError
-from swarm_app.peer.commands import add_peer_arguments, peer_config_from_args
 from swarm_app.peer.config import DEFAULT_LISTEN, PeerConfig
-from swarm_app.peer.demo import demo_config, node_settings, run_demo
+from swarm_app.peer.demo import demo_config, run_demo
 from swarm_app.peer.discovery import MdnsDiscovery, advertised_ips, load_peer_table
 from swarm_app.peer.addressbook import AddressBook
 from swarm_app.peer.node import PeerNode
@@ -20,29 +18,33 @@ from swarm_app.settings import Settings
 from tests.peer.helpers import make_rollout
 
 
-def parse(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    add_peer_arguments(parser)
-    return parser.parse_args(argv)
+def test_peer_settings_and_flags_build_the_config(tmp_path):
+    from swarm_app.cli import build_parser, load_settings_for
+    from swarm_app.session import peer_config
 
-
-def test_peer_flags_build_the_config():
-    config = peer_config_from_args(parse("--peer", "10.0.0.2:47470", "--peer", "[::1]:5", "--listen", "127.0.0.1:0",
-                                         "--no-mdns", "--no-share", "--metrics-listen", "127.0.0.1:9464"))
+    args = build_parser().parse_args(["run", "--peer", "10.0.0.2:47470", "--peer", "[::1]:5", "--listen", "127.0.0.1:0",
+                                      "--no-mdns", "--no-share", "--metrics-listen", "127.0.0.1:9464",
+                                      "--config", str(tmp_path / "none.toml")])
+    (tmp_path / "none.toml").write_text("")
+    config = peer_config(load_settings_for(args))
     assert config.bootstrap == ("10.0.0.2:47470", "[::1]:5") and config.listen == "127.0.0.1:0"
     assert not config.mdns and not config.share and config.metrics_listen == "127.0.0.1:9464"
-    default = peer_config_from_args(parse())
+    default = peer_config(Settings())
     assert default == PeerConfig() and default.listen == DEFAULT_LISTEN and default.mdns and default.share
+    bad = Settings()
+    bad.peer.peers = ["no-port"]
     with pytest.raises(UsageError, match="HOST:PORT"):
-        peer_config_from_args(parse("--peer", "no-port"))
+        peer_config(bad)
 
 
 def test_node_settings_give_each_demo_node_its_own_run_and_seed(tmp_path):
+    from swarm_app.demo_command import node_settings
+
     base = Settings()
     base.train.seed, base.train.external = 5, 4
     s2 = node_settings(base, 2, tmp_path)
     assert s2.run.run_dir == str(tmp_path / "node-2") and s2.train.seed == 7 and s2.train.external == 4
-    assert not s2.run.ui and base.run.run_dir == "" and base.train.seed == 5
+    assert not s2.run.ui and not s2.peer.enabled and base.run.run_dir == "" and base.train.seed == 5
 
 
 async def test_run_demo_nodes_find_each_other_and_exchange_rollouts():
