@@ -22,8 +22,8 @@ from swarm_app.training.grpo import group_advantages, has_signal
 
 log = logging.getLogger(__name__)
 
-EXTERNAL_SPARES = 2
-"""Ask the exchange for this many times J groups: some fail re-scoring (no reward spread)."""
+EXTERNAL_TRIES = 4
+"""Calls to the exchange per round: groups without a reward spread here are dropped, so ask again."""
 
 
 class RoundAbandoned(Exception):
@@ -109,13 +109,13 @@ class Trainer:
     def _take_external(self, t: int) -> list[ScoredGroup]:
         if self.exchange is None or self.plan.external == 0:
             return []
-        offered = self.exchange.sample(self.plan.external * EXTERNAL_SPARES)
-        kept = []
-        for rollout in offered:
-            group = rescore(rollout)
-            if group is not None and has_signal(group.rewards):
-                kept.append(group)
-            if len(kept) == self.plan.external:
+        kept: list[ScoredGroup] = []
+        for _ in range(EXTERNAL_TRIES):
+            # ask only for what is missing: the exchange hands each rollout out once
+            offered = self.exchange.sample(self.plan.external - len(kept))
+            groups = [rescore(rollout) for rollout in offered]
+            kept += [g for g in groups if g is not None and has_signal(g.rewards)]
+            if not offered or len(kept) >= self.plan.external:
                 break
         return kept
 
