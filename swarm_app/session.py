@@ -74,6 +74,7 @@ class Session:
         self.peer_config = None
         self.peer_node = None
         self.seed = 0
+        self.last_row: dict = {}
         self.next_round = 1
         self.metrics_rows = 0
         self._stopping = False
@@ -199,6 +200,7 @@ class Session:
                     break
                 row.update(self._swarm_figures())
                 self.metrics.append(row)
+                self.last_row = row
                 self.metrics_rows += 1
                 last_done, self.next_round = t, t + 1
                 self.on_event(RoundFinished(row))
@@ -233,6 +235,9 @@ class Session:
             node = PeerNode.from_config(dataclasses.replace(self.peer_config, listen=any_port(self.peer_config.listen)))
             await node.start()
         self.peer_node = self.trainer.exchange = self.exchange = node
+        from swarm_app.training.prometheus import RoundCollector
+
+        node.metrics.registry.register(RoundCollector(lambda: self.last_row))
         self.on_event(SwarmJoined(node.node_id, node.address or ""))
 
     def _swarm_figures(self) -> dict:
