@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from backends import registry
-from backends.base import BackendError, Hardware, LoraConfig, ModelSpec
+from backends.base import BackendError, Hardware
 from swarm_app import tasks
 from swarm_app.errors import ModelError
 from swarm_app.models import resolve_model
+from swarm_app.session import model_spec
 from swarm_app.settings import Settings
 from swarm_app.training.checkpoint import Checkpoints
 from swarm_app.training.evaluation import EvalResult, evaluate
@@ -21,9 +22,7 @@ def run_eval(settings: Settings, adapter: Path | None, n: int, hardware: Hardwar
     try:
         name, _ = registry.choose(settings.model.backend, hardware)
         backend = registry.create(name)
-        lora = settings.lora
-        backend.load(ModelSpec(str(model_dir), LoraConfig(lora.rank, lora.alpha, lora.dropout, tuple(lora.target_modules)),
-                               threads=settings.model.threads, trainable=False))
+        backend.load(model_spec(settings, model_dir, trainable=False))
         if adapter_dir is not None:
             backend.load_adapter(adapter_dir)
     except BackendError as exc:

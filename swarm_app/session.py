@@ -47,6 +47,15 @@ def peer_config(settings: Settings):
     return config.with_protocol(share=peer.share)
 
 
+def model_spec(settings: Settings, model_dir: Path, trainable: bool = True) -> ModelSpec:
+    """What a backend needs to load the model with this run's LoRA and optimizer settings."""
+    lora, t = settings.lora, settings.train
+    return ModelSpec(str(model_dir), LoraConfig(lora.rank, lora.alpha, lora.dropout, tuple(lora.target_modules)),
+                     OptimConfig(t.learning_rate, t.weight_decay, t.epochs, t.minibatches, t.clip_low, t.clip_high,
+                                 t.max_grad_norm),
+                     threads=settings.model.threads, trainable=trainable)
+
+
 def any_port(listen: str) -> str:
     host = listen.rsplit(":", 1)[0]
     return f"{host}:0"
@@ -99,22 +108,13 @@ class Session:
         self.trainer = Trainer(backend, self._plan(specs), self.exchange)
 
     def _load_backend(self, model_dir: Path):
-        model = self.settings.model
         try:
-            self.backend_name, self.backend_reason = registry.choose(model.backend, self.hardware)
+            self.backend_name, self.backend_reason = registry.choose(self.settings.model.backend, self.hardware)
             backend = registry.create(self.backend_name)
-            lora = self.settings.lora
-            backend.load(ModelSpec(str(model_dir), LoraConfig(lora.rank, lora.alpha, lora.dropout,
-                                                              tuple(lora.target_modules)),
-                                   self._optim(), threads=model.threads))
+            backend.load(model_spec(self.settings, model_dir))
         except BackendError as exc:
             raise ModelError(str(exc)) from None
         return backend
-
-    def _optim(self) -> OptimConfig:
-        t = self.settings.train
-        return OptimConfig(t.learning_rate, t.weight_decay, t.epochs, t.minibatches, t.clip_low, t.clip_high,
-                           t.max_grad_norm)
 
     def _plan(self, specs: list[tasks.TaskSpec]) -> RoundPlan:
         t, m = self.settings.train, self.settings.model
