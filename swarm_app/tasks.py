@@ -116,6 +116,10 @@ PRESETS: dict[str, list[TaskSpec]] = {
                                              "styles": ["plain"]}),
         TaskSpec("decimal_arithmetic", {"min_num_decimal_places": 1, "max_num_decimal_places": 1,
                                         "min_terms": 2, "max_terms": 2, "precision": 5}),
+        TaskSpec("arc_1d", {"min_size": 8, "max_size": 10, "num_train": 1}),
+        TaskSpec("binary_matrix", {"min_n": 2, "max_n": 3, "p_zero": 0.25}),
+        TaskSpec("propositional_logic", {"min_vars": 3, "max_vars": 4, "min_statements": 2, "max_statements": 4,
+                                         "min_complexity": 1, "max_complexity": 3}),
     ],
 }
 
