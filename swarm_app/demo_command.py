@@ -10,14 +10,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import signal
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
 from swarm_app.events import Event, RoundFinished
-from swarm_app.headless import format_round
+from swarm_app.headless import HeadlessView
 from swarm_app.paths import user_dirs
 from swarm_app.session import Session
 from swarm_app.settings import Settings
@@ -52,7 +51,6 @@ def default_out_dir() -> Path:
 async def run_demo_swarm(base: Settings, nodes: int, out_dir: Path, stream: TextIO | None = None) -> list[NodeSummary]:
     from swarm_app.peer.demo import run_demo  # deferred: aiohttp
 
-    stream = stream or sys.stdout
     summaries = [NodeSummary(i) for i in range(nodes)]
     sessions: list[Session] = []
     loop = asyncio.get_running_loop()
@@ -60,6 +58,7 @@ async def run_demo_swarm(base: Settings, nodes: int, out_dir: Path, stream: Text
 
     async def run_node(index: int, node) -> None:
         summary = summaries[index]
+        view = HeadlessView("text", stream, prefix=f"node {index}  ", total_rounds=base.train.rounds)
 
         def on_event(event: Event) -> None:
             if isinstance(event, RoundFinished):
@@ -68,7 +67,7 @@ async def run_demo_swarm(base: Settings, nodes: int, out_dir: Path, stream: Text
                 summary.local_reward += row["reward_local_sum"]
                 summary.total_reward += row["reward_local_sum"] + row["reward_external_sum"]
                 summary.used += row["n_external"]
-                print(f"node {index}  {format_round(row, base.train.rounds)}", file=stream, flush=True)
+                view(event)
 
         session = Session(node_settings(base, index, out_dir), exchange=node, on_event=on_event, fresh=True)
         sessions.append(session)

@@ -14,10 +14,13 @@ from swarm_app.events import CheckpointSaved, Event, RoundFinished, RunStarted, 
 
 
 class HeadlessView:
-    def __init__(self, log_format: str = "text", stream: TextIO | None = None) -> None:
+    def __init__(self, log_format: str = "text", stream: TextIO | None = None, prefix: str = "",
+                 total_rounds: int = 0) -> None:
         self.log_format = log_format
         self.stream: TextIO | None = stream or sys.stdout
-        self.total_rounds = 0
+        self.prefix = prefix
+        """Put before every text line (`swarm demo` names the node)."""
+        self.total_rounds = total_rounds
 
     def __call__(self, event: Event) -> None:
         if self.log_format == "json":
@@ -25,7 +28,7 @@ class HeadlessView:
             return
         line = self.format(event)
         if line:
-            self._write(line)
+            self._write(self.prefix + line)
 
     def format(self, event: Event) -> str:
         if isinstance(event, RunStarted):
