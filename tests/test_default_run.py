@@ -1,0 +1,20 @@
+"""The README's first command on bundled defaults: no --model, the torch backend, the easy preset."""
+
+import json
+
+from swarm_app.cli import main
+
+
+def test_run_and_eval_on_bundled_defaults(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    assert main(["run", "--no-ui", "--rounds", "2", "--local", "4", "--completions", "4", "--run-dir", str(run_dir),
+                 "--seed", "3", "--log-format", "json"]) == 0
+    events = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert events[0]["event"] == "RunStarted" and events[0]["model_id"] == "swarm-tiny"
+    assert events[0]["backend"] == "torch" and events[0]["preset"] == "easy"
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in rows] == [1, 2]
+    assert sum(r["groups_with_signal"] for r in rows) > 0  # the bundled model gets some groups right, some wrong
+    assert main(["eval", "--n", "24", "--json", "--adapter", str(run_dir)]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["n"] == 24 and 0.0 < result["accuracy"] < 1.0
