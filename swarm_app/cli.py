@@ -185,7 +185,7 @@ def demo_command(args: argparse.Namespace) -> int:
     print(f"demo: {args.nodes} nodes, {settings.train.rounds} rounds, J = {settings.train.external}; runs in {out_dir}")
     summaries = asyncio.run(run_demo_swarm(settings, args.nodes, out_dir))
     print(format_summary(summaries))
-    return 0
+    return 1 if any(s.error for s in summaries) else 0
 
 
 def identity_command(args: argparse.Namespace) -> int:

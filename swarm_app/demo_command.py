@@ -32,6 +32,8 @@ class NodeSummary:
     sent: int = 0
     received: int = 0
     used: int = 0
+    error: str = ""
+    """Why the node stopped early ("" when it ran to the end)."""
 
 
 def node_settings(base: Settings, index: int, out_dir: Path) -> Settings:
@@ -53,6 +55,9 @@ async def run_demo_swarm(base: Settings, nodes: int, out_dir: Path, stream: Text
 
     summaries = [NodeSummary(i) for i in range(nodes)]
     sessions: list[Session] = []
+    # Models load one at a time: transformers' lazy imports are not thread-safe (two threads importing
+    # AutoModelForCausalLM at once made one fail with ImportError), and it bounds the memory peak.
+    opening = asyncio.Lock()
     loop = asyncio.get_running_loop()
     previous = signal.signal(signal.SIGINT, lambda *_: [loop.call_soon_threadsafe(s.stop) for s in sessions])
 
@@ -72,9 +77,13 @@ async def run_demo_swarm(base: Settings, nodes: int, out_dir: Path, stream: Text
         session = Session(node_settings(base, index, out_dir), exchange=node, on_event=on_event, fresh=True)
         sessions.append(session)
         try:
-            await asyncio.to_thread(session.open)
+            async with opening:
+                await asyncio.to_thread(session.open)
             await session.run()
             summary.heldout_acc = (await asyncio.to_thread(session.trainer.evaluate)).accuracy
+        except Exception as exc:  # one node's failure is shown in the summary; the others go on
+            summary.error = f"{type(exc).__name__}: {exc}"
+            raise
         finally:
             stats = node.stats()
             summary.sent, summary.received = stats.published, stats.accepted
@@ -92,5 +101,5 @@ def format_summary(summaries: list[NodeSummary]) -> str:
     for s in summaries:
         acc = f"{s.heldout_acc:.3f}" if s.heldout_acc is not None else "-"
         lines.append(f"{s.node:>4}  {s.rounds:>6}  {s.local_reward:>17.1f}  {s.total_reward:>17.1f}  {acc:>12}"
-                     f"  {s.sent:>4}  {s.received:>8}  {s.used:>4}")
+                     f"  {s.sent:>4}  {s.received:>8}  {s.used:>4}" + (f"  FAILED: {s.error}" if s.error else ""))
     return "\n".join(lines)
