@@ -17,7 +17,7 @@ from typing import Any, Callable
 import rfc8785
 
 from swarm_app.peer.identity import Identity, b64url, node_id_of, unb64url, verify
-from swarm_app.peer.wire import MAX_FRAME_BYTES, PROTOCOL_VERSION
+from swarm_app.peer.wire import MAX_FRAME_BYTES, PROTOCOL_VERSION, Rejection
 
 HELLO_PREFIX = b"RSP/1 hello\n"
 NONCE_BYTES = 32
@@ -38,10 +38,8 @@ MESSAGE_REASONS: dict[str, str] = {
 }
 
 
-class MessageError(ValueError):
-    def __init__(self, reason: str, detail: str = "") -> None:
-        super().__init__(f"{reason}: {detail}" if detail else reason)
-        self.reason = reason
+class MessageError(Rejection):
+    """A websocket frame that is not a well-formed RSP/1 message."""
 
 
 @dataclass(frozen=True)

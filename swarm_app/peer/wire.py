@@ -37,12 +37,16 @@ BODY_KEYS = frozenset({"v", "author", "seq", "ts_ms", "task", "question", "answe
 TASK_KEYS = frozenset({"dataset", "config_digest", "seed", "index"})
 
 
-class WireError(ValueError):
-    """Input that is not a well-formed RSP/1 rollout; `reason` is the rejection counter's label."""
+class Rejection(ValueError):
+    """Peer input refused; `reason` is the rejection counter's label, `detail` is for the log only."""
 
     def __init__(self, reason: str, detail: str = "") -> None:
         super().__init__(f"{reason}: {detail}" if detail else reason)
         self.reason = reason
+
+
+class WireError(Rejection):
+    """Input that is not a well-formed RSP/1 rollout."""
 
 
 @dataclass(frozen=True)
