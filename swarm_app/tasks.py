@@ -108,6 +108,8 @@ PRESETS: dict[str, list[TaskSpec]] = {
     # Small difficulty settings with short answers, on which the bundled tiny model starts weak but not
     # hopeless (see assets/models/swarm-tiny/README.md for its scores).
     "easy": [
+        # arc_1d and bf are left out: the tiny model stays at 0 on them (arc_1d at size 8-10 scored 0 of 62
+        # held-out questions greedy and 1 group in 62 had any reward at T=1), so they would only dilute it.
         TaskSpec("basic_arithmetic", {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1,
                                       "operators": ["+", "-"], "allow_parentheses": False, "allow_negation": False}),
         TaskSpec("base_conversion", {"min_base": 2, "max_base": 10, "min_value": 0, "max_value": 15}),
@@ -115,9 +117,8 @@ PRESETS: dict[str, list[TaskSpec]] = {
         TaskSpec("fraction_simplification", {"min_value": 1, "max_value": 9, "min_factor": 2, "max_factor": 5,
                                              "styles": ["plain"]}),
         TaskSpec("decimal_arithmetic", {"min_num_decimal_places": 1, "max_num_decimal_places": 1,
-                                        "min_terms": 2, "max_terms": 2, "precision": 5}),
-        TaskSpec("arc_1d", {"min_size": 8, "max_size": 10, "num_train": 1}),
-        TaskSpec("binary_matrix", {"min_n": 2, "max_n": 3, "p_zero": 0.25}),
+                                        "min_terms": 2, "max_terms": 2, "precision": 5}, weight=1.5),
+        TaskSpec("binary_matrix", {"min_n": 2, "max_n": 3, "p_zero": 0.25}, weight=0.75),
         TaskSpec("propositional_logic", {"min_vars": 3, "max_vars": 4, "min_statements": 2, "max_statements": 4,
                                          "min_complexity": 1, "max_complexity": 3}),
     ],

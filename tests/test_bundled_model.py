@@ -77,6 +77,20 @@ def test_tokenizer_round_trips_with_one_token_per_digit(bundled):
         assert all(len(t) == 1 for t in digit_tokens)
 
 
+def test_gpt2_pretokenizer_gives_the_same_ids(bundled):
+    """llama.cpp splits a byte-level BPE with its "gpt-2" pre-tokenizer, which does not isolate digits;
+    no merge holds a digit, so the ids must not change."""
+    from tokenizers import Tokenizer, pre_tokenizers
+
+    _, tokenizer = bundled
+    gpt2_split = Tokenizer.from_file(str(BUNDLED / "tokenizer.json"))
+    gpt2_split.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)  # GPT-2's regex
+    for task in heldout_tasks(14):
+        text = render(tokenizer, task.messages()) + f"<answer>{task.answer}</answer><|im_end|>"
+        expected = tokenizer(text, add_special_tokens=False)["input_ids"]
+        assert gpt2_split.encode(text, add_special_tokens=False).ids == expected
+
+
 def test_greedy_generation_survives_save_and_load(bundled, tmp_path):
     from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 

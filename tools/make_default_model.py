@@ -13,9 +13,10 @@ builds item i of seed s from Random(s + i), so refs at different seeds can still
 draws whose s + i equals a held-out or validation item's are skipped. The run is short on purpose:
 the model must start weak but not hopeless on the held-out set, so that GRPO has reward spread to use.
 It stops after `--steps` (not after a time budget, so that reruns are reproducible) and writes the
-folder with a model card holding the scores from tools/measure_model.py.
+folder with a model card holding the scores from tools/measure_model.py. The defaults are the
+bundled model's settings:
 
-    python tools/make_default_model.py --seed 0 --steps 1500
+    python tools/make_default_model.py --seed 0
 """
 
 from __future__ import annotations
@@ -129,13 +130,16 @@ class TrainingStream:
 
 
 def train_tokenizer(texts: list[str], vocab_size: int):
-    """Byte-level BPE with every digit its own pre-token, so no merge ever contains a digit."""
+    """Byte-level BPE: GPT-2's split, then every digit its own piece, so no merge contains a digit.
+
+    In this order llama.cpp's "gpt-2" pre-tokenizer (which does not isolate digits) gives the same ids.
+    """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
-                                                 pre_tokenizers.ByteLevel(add_prefix_space=False)])
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.ByteLevel(add_prefix_space=False),
+                                                 pre_tokenizers.Digits(individual_digits=True)])
     tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.ByteLevel(trim_offsets=False)
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=2, show_progress=False,
@@ -387,7 +391,7 @@ def parse_args(argv):
     p.add_argument("--seed", type=int, default=0, help="seeds everything: tokenizer data, init, draws")
     p.add_argument("--out", type=Path, default=ROOT / "assets" / "models" / "swarm-tiny")
     p.add_argument("--preset", default="easy")
-    p.add_argument("--steps", type=int, default=2000, help="training budget in optimizer steps")
+    p.add_argument("--steps", type=int, default=800, help="training budget in optimizer steps")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--micro-batches", type=int, default=4, help="length-sorted chunks per step (padding)")
     p.add_argument("--lr", type=float, default=2e-3)
