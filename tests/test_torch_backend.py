@@ -18,7 +18,7 @@ pytest.importorskip("peft")
 
 from backends.base import BackendError, Hardware, LoraConfig, ModelSpec, OptimConfig, Sampling  # noqa: E402
 from backends.base import TrainSample  # noqa: E402
-from backends.torch_lora import TorchBackend  # noqa: E402
+from backends.torch_lora import TorchBackend, pad  # noqa: E402
 
 SHORT = [{"role": "user", "content": "What is 3 + 4?"}]
 LONG = [
@@ -44,10 +44,15 @@ def backend(tiny_model_dir):
 
 def completion_logps(backend: TorchBackend, samples: list[TrainSample]) -> list[float]:
     """Summed log-prob of each sample's completion (+ end token) under the current policy."""
-    seqs = [backend._encode_sample(s) for s in samples]
-    with torch.no_grad():
-        flat = backend._token_logps(seqs)
-    return [float(x.sum()) for x in flat.split([s.n_completion for s in seqs])]
+    return [float(x.sum()) for x in backend._old_logps([backend._encode_sample(s) for s in samples])]
+
+
+def full_forward_logps(backend: TorchBackend, seq) -> torch.Tensor:
+    """The completion's token log-probs from one plain forward pass over prompt + completion."""
+    ids = torch.tensor([seq.ids])
+    logits = backend._model(input_ids=ids).logits[0, :-1].float()
+    logp = torch.log_softmax(logits, dim=-1).gather(-1, ids[0, 1:, None]).squeeze(-1)
+    return logp[seq.prompt_len - 1 :]
 
 
 def lora_and_base_params(backend: TorchBackend) -> tuple[dict, dict]:
@@ -110,13 +115,19 @@ def test_greedy_is_deterministic(backend):
     assert first[0][0] == first[0][1] and first[1][0] == first[1][1]
 
 
-def _step_logits(backend: TorchBackend, prompts: list, row: int) -> torch.Tensor:
+def _step_logits(backend: TorchBackend, prompts: list, row: int, n: int = 1) -> torch.Tensor:
     """Next-token logits of `row` at every greedy decoding step, captured at the output layer."""
     seen: list[torch.Tensor] = []
+    rows = len(prompts) * n  # the shared-prompt prefill (one row per distinct prompt) is not a decoding step
+
+    def keep(mod, args, out):
+        if out.shape[0] == rows:
+            seen.append(out[row, -1].detach().clone())
+
     head = backend._model.get_output_embeddings()
-    handle = head.register_forward_hook(lambda mod, args, out: seen.append(out[row, -1].detach().clone()))
+    handle = head.register_forward_hook(keep)
     try:
-        backend.generate(prompts, 1, GREEDY)
+        backend.generate(prompts, n, GREEDY)
     finally:
         handle.remove()
     return torch.stack(seen)
@@ -132,12 +143,44 @@ def test_left_padding_does_not_change_a_prompts_logits(backend):
     assert not torch.allclose(alone[0], _step_logits(backend, [LONG], row=0)[0], atol=1e-2)  # the check can fail
 
 
+def test_a_shared_prompt_prefill_does_not_change_the_logits(backend):
+    ids, mask = pad([backend._encode_prompt(p) for p in (SHORT, SHORT, LONG)], 0, left=True, device="cpu")
+    assert backend._shared_prompt_cache(ids, mask) is not None  # copies of a prompt do share a prefill
+    alone = _step_logits(backend, [SHORT, LONG], row=1)  # one row per prompt: nothing shared
+    shared = _step_logits(backend, [SHORT, LONG], row=3, n=3)  # rows S S S L L L: the first copy of LONG
+    assert len(alone) == len(shared) >= 2
+    assert torch.allclose(alone, shared, atol=1e-4)
+
+
 def test_right_padding_in_training_does_not_change_log_probs(backend):
     short = TrainSample(messages=SHORT, completion="7", advantage=1.0)
     long = TrainSample(messages=LONG, completion="The answer is 16, since 1011 is 11.", advantage=1.0)
     alone = completion_logps(backend, [short])
     together = completion_logps(backend, [long, short])
     assert together[1] == pytest.approx(alone[0], abs=1e-4)
+
+
+def test_shared_prompt_pass_gives_the_log_probs_and_gradients_of_full_passes(tiny_model_dir):
+    backend = make_backend(tiny_model_dir, optim=OptimConfig(learning_rate=1e-2, minibatches=1))
+    backend.train_step(PAIR)  # LoRA B starts at zero: one step so that gradients reach A and B
+    completions = ("16", "<answer>16</answer>", "It is sixteen, since 1011 is eleven.")
+    seqs = [backend._encode_sample(TrainSample(messages=LONG, completion=c, advantage=1.0)) for c in completions]
+    params = [p for p in backend._model.parameters() if p.requires_grad]
+    shared = backend._token_logps(seqs)
+    full = torch.cat([full_forward_logps(backend, s) for s in seqs])
+    assert shared.shape == full.shape == (sum(s.n_completion for s in seqs),)
+    assert torch.allclose(shared, full, atol=1e-5)
+    shared_grads = torch.autograd.grad(shared.sum(), params)
+    full_grads = torch.autograd.grad(full.sum(), params)
+    assert any(g.abs().max() > 1e-4 for g in full_grads)
+    for a, b in zip(shared_grads, full_grads):
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_log_probs_refuse_sequences_with_different_prompts(backend):
+    seqs = [backend._encode_sample(s) for s in (TrainSample(SHORT, "7", 1.0), TrainSample(LONG, "7", 1.0))]
+    with pytest.raises(ValueError, match="one shared prompt"):
+        backend._token_logps(seqs)
 
 
 # -- training ------------------------------------------------------------------------------------
