@@ -259,11 +259,15 @@ def learning_rate(step: int, args) -> float:
     return args.lr * (1 - 0.9 * (step - decay_start) / max(1, args.steps - decay_start))
 
 
-def train(model, tokenizer, stream: TrainingStream, validation: list[tasks.TaskRef], args) -> list[dict]:
+def train(model, tokenizer, stream: TrainingStream, validation: list[tasks.TaskRef], args) -> tuple[list[dict], int]:
+    """Supervised steps; returns the curve and the step whose weights the model holds at the end: the
+    validation point with the highest exact-match rate (greedy accuracy jumps several points between
+    neighbouring checkpoints, so the last one is a matter of luck)."""
     import torch
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
     history, losses, started = [], [], time.perf_counter()
+    best: tuple[float, int, dict] | None = None
     shared = shared_prefix(tokenizer)
     for step in range(args.steps):
         model.train()
@@ -286,11 +290,17 @@ def train(model, tokenizer, stream: TrainingStream, validation: list[tasks.TaskR
                 model.eval()
                 tokenizer.padding_side = "left"
                 report = measure_model.greedy_report(model, tokenizer, validation)
-                point.update(val_accuracy=report["accuracy"],
+                point.update(val_accuracy=report["accuracy"], val_exact=report["exact"],
                              val_per_task={k: v["accuracy"] for k, v in report["per_task"].items()})
+                if best is None or report["exact"] > best[0]:
+                    best = (report["exact"], step + 1, {k: v.detach().clone() for k, v in model.state_dict().items()})
             history.append(point)
             log.info(json.dumps(point))
-    return history
+    if best is None:
+        return history, args.steps
+    model.load_state_dict(best[2])
+    log.info("kept the weights of step %d (validation exact match %.4f)", best[1], best[0])
+    return history, best[1]
 
 
 def write_config_extras(out: Path, model) -> None:
@@ -310,7 +320,8 @@ def model_card(facts: dict, out: Path) -> str:
         for name, v in greedy["per_task"].items())
     specs = "\n".join(f"| {s['dataset']} | `{json.dumps(s['config'], ensure_ascii=False)}` | {s['weight']} |"
                       for s in facts["specs"])
-    curve = "\n".join(f"| {h['step']} | {h['minutes']} | {h['loss']} | {h.get('val_accuracy', '')} |"
+    curve = "\n".join(f"| {h['step']} | {h['minutes']} | {h['loss']} | {h.get('val_accuracy', '')} | "
+                      f"{h.get('val_exact', '')} | {'kept' if h['step'] == facts['kept_step'] else ''} |"
                       for h in facts["history"])
     command = " ".join(["python tools/make_default_model.py", *facts["argv"]])
     seen = ", ".join(f"{name} {value:.0%}" for name, value in facts["heldout_seen"].items())
@@ -372,10 +383,11 @@ No held-out item was trained on, but some tasks have few distinct questions, so 
 text can come from another seed and index. Fraction of held-out questions whose text also occurred
 in training: {seen}.
 
-Validation curve (greedy, {a['val_n']} questions from a non-held-out seed; loss = mean over the interval):
+Validation curve (greedy, {a['val_n']} questions from a non-held-out seed; loss = mean over the interval).
+The folder holds the weights of step {facts['kept_step']}, the point with the highest validation exact match:
 
-| step | minutes | loss | validation accuracy |
-|---|---|---|---|
+| step | minutes | loss | validation accuracy | validation exact | |
+|---|---|---|---|---|---|
 {curve}
 
 ## Limits
@@ -433,7 +445,7 @@ def main(argv: list[str] | None = None) -> int:
     log.info("tokenizer %d tokens, model %d parameters", len(tokenizer), n_params)
 
     train_started, train_cpu = time.perf_counter(), time.process_time()
-    history = train(model, tokenizer, stream, validation, args)
+    history, kept_step = train(model, tokenizer, stream, validation, args)
     train_seconds, train_cpu = time.perf_counter() - train_started, time.process_time() - train_cpu
 
     if args.out.exists():
@@ -448,7 +460,7 @@ def main(argv: list[str] | None = None) -> int:
              "argv": argv if argv is not None else sys.argv[1:], "n_params": n_params, "vocab": len(tokenizer),
              "train_seconds": round(train_seconds), "train_cpu_seconds": round(train_cpu),
              "total_seconds": round(time.perf_counter() - started),
-             "skipped_draws": stream.skipped, "history": history, "report": report,
+             "skipped_draws": stream.skipped, "history": history, "kept_step": kept_step, "report": report,
              "heldout_seen": seen_fraction(tasks.heldout(specs, args.heldout_n), stream.questions),
              "specs": [{"dataset": s.dataset, "config": s.config, "weight": s.weight} for s in specs],
              "reasoning_gym": tasks.reasoning_gym_version(), "torch": torch.__version__}
