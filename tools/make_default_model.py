@@ -316,7 +316,8 @@ def model_card(facts: dict, out: Path) -> str:
     a, greedy, sampling = facts["args"], facts["report"]["greedy"], facts["report"].get("sampling", {})
     size = sum(f.stat().st_size for f in out.iterdir() if f.is_file() and f.name != "README.md")
     rows = "\n".join(
-        f"| {name} | {v['accuracy']:.3f} | {v['exact']:.3f} | {sampling.get('per_task_spread', {}).get(name, 0):.3f} |"
+        f"| {name} | {v['accuracy']:.3f} | {v['exact']:.3f} | {sampling.get('per_task_spread', {}).get(name, 0):.3f} | "
+        f"{v['distinct_answers']} of {v['distinct_true_answers']} | {v['mode_share']:.2f} ({v['true_mode_share']:.2f}) |"
         for name, v in greedy["per_task"].items())
     specs = "\n".join(f"| {s['dataset']} | `{json.dumps(s['config'], ensure_ascii=False)}` | {s['weight']} |"
                       for s in facts["specs"])
@@ -373,8 +374,12 @@ Greedy accuracy (mean reward) {greedy['accuracy']:.3f}, exact {greedy['exact']:.
 {sampling.get('temperature')} (top_k 0, top_p 1), {sampling.get('spread_fraction', 0):.3f} of the question
 groups have a non-zero reward spread (mean sampled reward {sampling.get('mean_reward', 0):.3f}).
 
-| task | greedy accuracy | greedy exact | groups with spread |
-|---|---|---|---|
+Answers per task: how many distinct greedy answers the model gave, against how many the items have, and
+the share of items that got its most common answer (the truth's in brackets). Few distinct answers and a
+large share mean the model answers from the task's answer prior without reading the question.
+
+| task | greedy accuracy | greedy exact | groups with spread | distinct answers | most common answer |
+|---|---|---|---|---|---|
 {rows}
 
 Measure again with `python tools/measure_model.py assets/models/swarm-tiny --n {greedy['n']}`.

@@ -20,6 +20,7 @@ import json
 import statistics
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -93,17 +94,30 @@ def greedy_report(model, tokenizer, refs: list[tasks.TaskRef]) -> dict:
     completions = generate(model, tokenizer, [render(tokenizer, t) for t in items])
     rewards = [tasks.score(t, c[0]) for t, c in zip(items, completions)]
     exact = [float(r >= 1.0) for r in rewards]
-    formatted = [float(tasks.extract_answer(c[0]) is not None) for c in completions]
+    answers = [tasks.extract_answer(c[0]) for c in completions]
+    formatted = [float(a is not None) for a in answers]
     return {
         "n": len(refs),
         "accuracy": round(statistics.fmean(rewards), 4),
         "exact": round(statistics.fmean(exact), 4),
         "answer_format": round(statistics.fmean(formatted), 4),
-        "per_task": {name: {"accuracy": acc, "exact": _by_task(refs, exact)[name]}
+        "per_task": {name: {"accuracy": acc, "exact": _by_task(refs, exact)[name],
+                            **answer_diversity([a for r, a in zip(refs, answers) if r.dataset == name],
+                                               [str(t.answer) for t in items if t.ref.dataset == name])}
                      for name, acc in _by_task(refs, rewards).items()},
         "examples": [{"dataset": t.ref.dataset, "answer": t.answer, "completion": c[0]}
                      for t, c in list(zip(items, completions))[:len(set(r.dataset for r in refs))]],
     }
+
+
+def answer_diversity(answers: list[str | None], truths: list[str]) -> dict:
+    """Does the model read the question? A model that learned only a task's answer prior gives most items
+    the same answer: compare its distinct answers and the share of its most common one with the truth's."""
+    def mode_share(values: list) -> float:
+        return round(Counter(values).most_common(1)[0][1] / len(values), 4)
+
+    return {"distinct_answers": len(set(answers)), "mode_share": mode_share(answers),
+            "distinct_true_answers": len(set(truths)), "true_mode_share": mode_share(truths)}
 
 
 def spread_report(model, tokenizer, refs: list[tasks.TaskRef], samples: int = 8, temperature: float = 1.0,
