@@ -24,18 +24,19 @@ def swarm(*args: str) -> list[str]:
     return [sys.executable, "-m", "swarm_app", *args]
 
 
-def eval_json(env: dict, n: int, adapter: Path | None = None) -> dict:
-    cmd = swarm("eval", "--n", str(n), "--json", *(["--adapter", str(adapter)] if adapter else []))
+def eval_json(env: dict, n: int, preset: str, adapter: Path | None = None) -> dict:
+    cmd = swarm("eval", "--tasks", preset, "--n", str(n), "--json", *(["--adapter", str(adapter)] if adapter else []))
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True)
     return json.loads(out.stdout)
 
 
-def run_seeds(seeds: list[int], minutes: float, out: Path, env: dict, extra: list[str]) -> None:
+def run_seeds(seeds: list[int], minutes: float, out: Path, env: dict, preset: str, extra: list[str]) -> None:
     procs = []
     for seed in seeds:
         run_dir = out / f"seed-{seed}"
         log = open(out / f"seed-{seed}.log", "w", encoding="utf-8")
-        cmd = swarm("run", "--no-ui", "--fresh", "--seed", str(seed), "--run-dir", str(run_dir), *extra)
+        cmd = swarm("run", "--no-ui", "--fresh", "--tasks", preset, "--seed", str(seed), "--run-dir", str(run_dir),
+                    *extra)
         procs.append((subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env), log))
     deadline = time.monotonic() + minutes * 60
     while time.monotonic() < deadline and any(p.poll() is None for p, _ in procs):
@@ -84,20 +85,22 @@ def main() -> int:
     parser.add_argument("--minutes", type=float, default=30.0, help="wall time per seed")
     parser.add_argument("--parallel", type=int, default=1, help="seeds run at the same time")
     parser.add_argument("--eval-n", type=int, default=500)
+    parser.add_argument("--tasks", default="easy", help="task preset for training and evaluation")
     parser.add_argument("--out", type=Path, default=Path("out/solo"))
     parser.add_argument("extra", nargs="*", help="extra flags for swarm run (after --)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "SWARM_HOME": str(args.out.resolve() / "home")}
     started = time.time()
-    baseline = eval_json(env, args.eval_n)
+    baseline = eval_json(env, args.eval_n, args.tasks)
     print(f"baseline held-out accuracy {baseline['accuracy']:.3f} (n={baseline['n']})", flush=True)
     for i in range(0, len(args.seeds), args.parallel):
-        run_seeds(args.seeds[i:i + args.parallel], args.minutes, args.out, env, args.extra)
-    results = {"baseline": baseline, "minutes": args.minutes, "parallel": args.parallel, "seeds": {}}
+        run_seeds(args.seeds[i:i + args.parallel], args.minutes, args.out, env, args.tasks, args.extra)
+    results = {"baseline": baseline, "tasks": args.tasks, "minutes": args.minutes, "parallel": args.parallel,
+               "seeds": {}}
     for seed in args.seeds:
         run_dir = args.out / f"seed-{seed}"
-        final = eval_json(env, args.eval_n, adapter=run_dir)
+        final = eval_json(env, args.eval_n, args.tasks, adapter=run_dir)
         rows = curve(run_dir)
         results["seeds"][seed] = {"final": final, "rounds": len(rows), "curve": rows,
                                   "gain_points": 100 * (final["accuracy"] - baseline["accuracy"])}

@@ -123,6 +123,9 @@ PRESETS: dict[str, list[TaskSpec]] = {
                                          "min_complexity": 1, "max_complexity": 3}),
     ],
 }
+# The one task of `easy` whose answers the bundled model derives from the question (on the others it gives
+# a few fixed answers, see its model card): GRPO on it alone raises held-out accuracy within minutes on a CPU.
+PRESETS["easy-binary-matrix"] = [spec for spec in PRESETS["easy"] if spec.dataset == "binary_matrix"]
 
 
 def preset(name: str) -> list[TaskSpec]:
