@@ -25,13 +25,12 @@ from typing import Iterator, NamedTuple
 
 from backends.base import Backend, BackendError, Completion, Hardware, Messages, ModelSpec, Sampling
 from backends.base import TrainSample, TrainStats
+from backends.torch_batching import cache_kwarg, pad, prompt_cache, split_by_budget
 
 log = logging.getLogger(__name__)
 
 GENERATE_CHUNK = 64
 """Sequences per generate call: bounds the KV cache (64 x 600 tokens of a 0.5B model: ~0.9 GB bf16)."""
-LOGIT_BUDGET = 1 << 26
-"""Logit elements per training forward pass (256 MiB in fp32); minibatches are split to stay under it."""
 OPTIMIZER_FILE = "optimizer.pt"
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
@@ -141,41 +140,6 @@ def attach_lora(model, spec: ModelSpec):
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing", category=FutureWarning)
         torch.manual_seed(0)  # the same fresh adapter on every load: reproducible runs and tests
         return get_peft_model(model, config)
-
-
-def pad(rows: list[list[int]], pad_id: int, left: bool, device):
-    """(input_ids, attention_mask) for token rows, padded on the left or on the right."""
-    import torch
-
-    width = max(len(row) for row in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, row in enumerate(rows):
-        span = slice(width - len(row), width) if left else slice(0, len(row))
-        ids[i, span] = torch.tensor(row, dtype=torch.long)
-        mask[i, span] = 1
-    return ids.to(device), mask.to(device)
-
-
-def cache_kwarg(model) -> str:
-    """The forward() argument that takes a KV cache: `cache` in recent transformers, `past_key_values` before."""
-    import inspect
-
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-
-
-def split_by_budget(lengths: list[int], vocab: int, budget: int = LOGIT_BUDGET) -> list[list[int]]:
-    """Consecutive index groups whose padded logits (rows x longest x vocab) stay under `budget`."""
-    groups: list[list[int]] = []
-    longest = 0
-    for i, length in enumerate(lengths):
-        longest = max(longest, length)
-        if groups and (len(groups[-1]) + 1) * longest * vocab <= budget:
-            groups[-1].append(i)
-        else:
-            groups.append([i])
-            longest = length
-    return groups
 
 
 class TorchBackend(Backend):
@@ -304,18 +268,12 @@ class TorchBackend(Backend):
         the model once instead of n times, and generate() continues from the cache. None when no row repeats.
         """
         import torch
-        from transformers import DynamicCache
 
         firsts = [0] + [i for i in range(1, len(ids)) if not torch.equal(ids[i], ids[i - 1])]
         if len(firsts) == len(ids) or ids.shape[1] < 2:
             return None
-        copies = torch.tensor([*firsts[1:], len(ids)]) - torch.tensor(firsts)
-        head_mask = mask[firsts, :-1]
-        cache = DynamicCache(config=self._model.config)
-        self._model(input_ids=ids[firsts, :-1], attention_mask=head_mask, use_cache=True, logits_to_keep=1,
-                    position_ids=(head_mask.cumsum(-1) - 1).clamp(min=0), **{self._cache_kwarg: cache})
-        cache.batch_select_indices(torch.repeat_interleave(torch.arange(len(firsts)), copies).to(self._device))
-        return cache
+        copies = [end - start for start, end in zip(firsts, [*firsts[1:], len(ids)])]
+        return prompt_cache(self._model, self._cache_kwarg, ids[firsts, :-1], mask[firsts, :-1], copies)
 
     def _decode(self, new_tokens: list[int]) -> Completion:
         """Text up to the first stop token; n_tokens counts the generated tokens including that stop token."""
@@ -337,7 +295,6 @@ class TorchBackend(Backend):
         work once instead of L times (prompts are most of a round's tokens: ~200 vs ~15 on the easy preset).
         """
         import torch
-        from transformers import DynamicCache
 
         head = seqs[0].ids[: seqs[0].prompt_len - 1]
         if any(s.ids[: s.prompt_len] != seqs[0].ids[: seqs[0].prompt_len] for s in seqs):
@@ -345,10 +302,8 @@ class TorchBackend(Backend):
         tails, mask = pad([s.ids[len(head) :] for s in seqs], self._tok.pad_token_id, left=False, device=self._device)
         cache = None
         if head:
-            cache = DynamicCache(config=self._model.config)
-            self._model(input_ids=torch.tensor([head], device=self._device), logits_to_keep=1, use_cache=True,
-                        **{self._cache_kwarg: cache})
-            cache.batch_repeat_interleave(len(seqs))
+            head_ids = torch.tensor([head], device=self._device)
+            cache = prompt_cache(self._model, self._cache_kwarg, head_ids, torch.ones_like(head_ids), [len(seqs)])
             mask = torch.cat([mask.new_ones((len(seqs), len(head))), mask], dim=1)
         positions = torch.arange(len(head), len(head) + tails.shape[1], device=self._device).expand(len(seqs), -1)
         out = self._model(input_ids=tails, attention_mask=mask, position_ids=positions, use_cache=cache is not None,

@@ -18,7 +18,8 @@ pytest.importorskip("peft")
 
 from backends.base import BackendError, Hardware, LoraConfig, ModelSpec, OptimConfig, Sampling  # noqa: E402
 from backends.base import TrainSample  # noqa: E402
-from backends.torch_lora import TorchBackend, pad  # noqa: E402
+from backends.torch_batching import pad  # noqa: E402
+from backends.torch_lora import TorchBackend  # noqa: E402
 
 SHORT = [{"role": "user", "content": "What is 3 + 4?"}]
 LONG = [

@@ -1,0 +1,62 @@
+"""Batching helpers of the torch engine: padding, splitting a batch under a logit budget, and KV caches that
+let several sequences share one pass over their common prompt. Must not import torch or transformers at
+module level (see torch_lora.py).
+"""
+
+from __future__ import annotations
+
+LOGIT_BUDGET = 1 << 26
+"""Logit elements per training forward pass (256 MiB in fp32); minibatches are split to stay under it."""
+
+
+def pad(rows: list[list[int]], pad_id: int, left: bool, device):
+    """(input_ids, attention_mask) for token rows, padded on the left or on the right."""
+    import torch
+
+    width = max(len(row) for row in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, row in enumerate(rows):
+        span = slice(width - len(row), width) if left else slice(0, len(row))
+        ids[i, span] = torch.tensor(row, dtype=torch.long)
+        mask[i, span] = 1
+    return ids.to(device), mask.to(device)
+
+
+def cache_kwarg(model) -> str:
+    """The forward() argument that takes a KV cache: `cache` in recent transformers, `past_key_values` before."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def prompt_cache(model, kwarg: str, ids, mask, copies: list[int]):
+    """A KV cache of the rows of `ids` (left-padded; `mask` marks real tokens), row i repeated `copies[i]` times.
+
+    This is how a prompt shared by several sequences goes through the model once: the cache stands in for
+    it in every copy, and with gradients enabled they flow back through the copies into that one pass.
+    `kwarg` is the forward() argument that takes the cache (see `cache_kwarg`).
+    """
+    import torch
+    from transformers import DynamicCache
+
+    cache = DynamicCache(config=model.config)
+    model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0), use_cache=True,
+          logits_to_keep=1, **{kwarg: cache})
+    rows = torch.repeat_interleave(torch.arange(len(copies)), torch.tensor(copies))
+    cache.batch_select_indices(rows.to(ids.device))
+    return cache
+
+
+def split_by_budget(lengths: list[int], vocab: int, budget: int = LOGIT_BUDGET) -> list[list[int]]:
+    """Consecutive index groups whose padded logits (rows x longest x vocab) stay under `budget`."""
+    groups: list[list[int]] = []
+    longest = 0
+    for i, length in enumerate(lengths):
+        longest = max(longest, length)
+        if groups and (len(groups[-1]) + 1) * longest * vocab <= budget:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+            longest = length
+    return groups
