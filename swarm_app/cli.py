@@ -39,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="train round after round (resumes the run it finds)")
     _common_model_flags(run)
     run.add_argument("--no-ui", dest="ui", action="store_false", default=None, help="headless: one line per round")
-    run.add_argument("--tasks", metavar="PRESET", help="task mix: easy (default), paper, or easy-binary-matrix")
+    run.add_argument("--tasks", metavar="PRESET", help="task mix: easy (default) or paper")
     run.add_argument("--rounds", type=int, metavar="N", help="rounds in total (a resumed run continues up to N)")
     run.add_argument("--local", type=int, metavar="I", help="own questions per round")
     run.add_argument("--external", type=int, metavar="J", help="peers' rollout groups per round")

@@ -110,22 +110,19 @@ PRESETS: dict[str, list[TaskSpec]] = {
     "easy": [
         # arc_1d and bf are left out: the tiny model stays at 0 on them (arc_1d at size 8-10 scored 0 of 62
         # held-out questions greedy and 1 group in 62 had any reward at T=1), so they would only dilute it.
+        # calendar_arithmetic and propositional_logic too: a build trained on them answered every question
+        # with one string ("Sunday"; "(P ∨ R)", which the verifier accepts for 77% of items), so GRPO had
+        # only answer priors to reshuffle there, and their long prompts took compute from the other tasks.
         TaskSpec("basic_arithmetic", {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1,
                                       "operators": ["+", "-"], "allow_parentheses": False, "allow_negation": False}),
         TaskSpec("base_conversion", {"min_base": 2, "max_base": 10, "min_value": 0, "max_value": 15}),
-        TaskSpec("calendar_arithmetic", {"year": 2023, "offset_upper_bound": 7, "tasks": ["weekday_of_date"]}),
         TaskSpec("fraction_simplification", {"min_value": 1, "max_value": 9, "min_factor": 2, "max_factor": 5,
                                              "styles": ["plain"]}),
         TaskSpec("decimal_arithmetic", {"min_num_decimal_places": 1, "max_num_decimal_places": 1,
                                         "min_terms": 2, "max_terms": 2, "precision": 5}, weight=1.5),
         TaskSpec("binary_matrix", {"min_n": 2, "max_n": 3, "p_zero": 0.25}, weight=0.75),
-        TaskSpec("propositional_logic", {"min_vars": 3, "max_vars": 4, "min_statements": 2, "max_statements": 4,
-                                         "min_complexity": 1, "max_complexity": 3}),
     ],
 }
-# The one task of `easy` whose answers the bundled model derives from the question (on the others it gives
-# a few fixed answers, see its model card): GRPO on it alone raises held-out accuracy within minutes on a CPU.
-PRESETS["easy-binary-matrix"] = [spec for spec in PRESETS["easy"] if spec.dataset == "binary_matrix"]
 
 
 def preset(name: str) -> list[TaskSpec]:

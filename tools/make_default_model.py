@@ -397,8 +397,12 @@ The folder holds the weights of step {facts['kept_step']}, the point with the hi
 
 ## Limits
 
-Two of the SAPO paper's nine specialties, arc_1d and bf, are not in the preset: at any setting tried
-this model scores 0 on them. Answers are bare `<answer>...</answer>` spans with no reasoning text.
+Four of the SAPO paper's nine specialties are not in the `easy` preset. arc_1d and bf: at any setting
+tried a model of this size scores 0 on them. calendar_arithmetic (weekday of a 2023 date) and
+propositional_logic: an earlier build trained on them answered each with one fixed string ("Sunday",
+right for 24% of items; "(P ∨ R)", which the verifier accepted for 77%), so they gave GRPO answer
+priors to reshuffle instead of questions to read. Answers are bare `<answer>...</answer>` spans with no
+reasoning text.
 Not for any use but testing and demonstrating swarm-app.
 """
 
@@ -408,9 +412,9 @@ def parse_args(argv):
     p.add_argument("--seed", type=int, default=0, help="seeds everything: tokenizer data, init, draws")
     p.add_argument("--out", type=Path, default=ROOT / "assets" / "models" / "swarm-tiny")
     p.add_argument("--preset", default="easy")
-    p.add_argument("--steps", type=int, default=1200, help="training budget in optimizer steps")
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--micro-batches", type=int, default=4, help="length-sorted chunks per step (padding)")
+    p.add_argument("--steps", type=int, default=4000, help="training budget in optimizer steps")
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--micro-batches", type=int, default=2, help="length-sorted chunks per step (padding)")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--warmup", type=int, default=50)
     p.add_argument("--decay-frac", type=float, default=0.2)
