@@ -355,8 +355,8 @@ command on the same versions with 1 thread gives the same weights.
   reasoning-gym would also generate for a held-out or validation ref, or with no verifiable target).
   Prompt = the task's messages through the chat template with the generation prompt, as the app
   renders them; target = `<answer>ANSWER</answer>{IM_END}`, loss on the target only. ANSWER is the
-  ground truth, except for propositional_logic (the generator's example conclusion) and
-  decimal_arithmetic (rounded to the one decimal its verifier checks).
+  ground truth, except for decimal_arithmetic (rounded to the one decimal its verifier checks) and,
+  in presets that have it, propositional_logic (the generator's example conclusion).
 - Optimizer: AdamW (0.9, 0.95), weight decay 0.1, lr {a['lr']} with {a['warmup']} warm-up steps, constant,
   then linear decay to 10% over the last {a['decay_frac']:.0%} of steps; gradient clip 1.0.
 
