@@ -96,12 +96,13 @@ def greedy_report(model, tokenizer, refs: list[tasks.TaskRef]) -> dict:
     exact = [float(r >= 1.0) for r in rewards]
     answers = [tasks.extract_answer(c[0]) for c in completions]
     formatted = [float(a is not None) for a in answers]
+    exact_by_task = _by_task(refs, exact)
     return {
         "n": len(refs),
         "accuracy": round(statistics.fmean(rewards), 4),
         "exact": round(statistics.fmean(exact), 4),
         "answer_format": round(statistics.fmean(formatted), 4),
-        "per_task": {name: {"accuracy": acc, "exact": _by_task(refs, exact)[name],
+        "per_task": {name: {"accuracy": acc, "exact": exact_by_task[name],
                             **answer_diversity([a for r, a in zip(refs, answers) if r.dataset == name],
                                                [str(t.answer) for t in items if t.ref.dataset == name])}
                      for name, acc in _by_task(refs, rewards).items()},
