@@ -30,7 +30,7 @@ import shutil
 import statistics
 import sys
 import time
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import ROUND_HALF_UP, Decimal, localcontext
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,7 +75,8 @@ def target_answer(task: tasks.Task) -> str | None:
         candidates = [str(task.entry["metadata"]["example_answer"])]
     elif task.ref.dataset == "decimal_arithmetic":
         places = tasks.known_specs()[task.ref.config_digest].config.get("max_num_decimal_places", 3)
-        rounded = Decimal(task.answer).quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_UP)
+        with localcontext(prec=50):  # reasoning-gym sets the global precision to its config's (5 digits)
+            rounded = Decimal(task.answer).quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_UP)
         candidates.append(str(abs(rounded) if rounded == 0 else rounded))
     for answer in sorted(candidates, key=len):
         if tasks.score(task, f"<answer>{answer}</answer>") >= 1.0:
@@ -311,6 +312,14 @@ def write_config_extras(out: Path, model) -> None:
     path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
+# The card's "Limits" paragraph for the `easy` preset: why four of the paper's nine specialties are not in it.
+EASY_LEFT_OUT = """Four of the SAPO paper's nine specialties are not in the `easy` preset. arc_1d and bf: at any setting
+tried a model of this size scores 0 on them. calendar_arithmetic (weekday of a 2023 date) and
+propositional_logic: an earlier build trained on them answered each with one fixed string ("Sunday",
+right for 24% of items; "(P ∨ R)", which the verifier accepted for 77%), so they gave GRPO answer
+priors to reshuffle instead of questions to read."""
+
+
 def model_card(facts: dict, out: Path) -> str:
     """README.md of the folder: how it was made and what it scores, from this run's own numbers."""
     a, greedy, sampling = facts["args"], facts["report"]["greedy"], facts["report"].get("sampling", {})
@@ -326,6 +335,7 @@ def model_card(facts: dict, out: Path) -> str:
                       for h in facts["history"])
     command = " ".join(["python tools/make_default_model.py", *facts["argv"]])
     seen = ", ".join(f"{name} {value:.0%}" for name, value in facts["heldout_seen"].items())
+    left_out = EASY_LEFT_OUT if a["preset"] == "easy" else f"Task preset `{a['preset']}`: see swarm_app/tasks.py."
     return f"""# swarm-tiny
 
 The default model bundled with swarm-app: a {facts['n_params']:,}-parameter decoder (`model_type: llama`)
@@ -397,11 +407,7 @@ The folder holds the weights of step {facts['kept_step']}, the point with the hi
 
 ## Limits
 
-Four of the SAPO paper's nine specialties are not in the `easy` preset. arc_1d and bf: at any setting
-tried a model of this size scores 0 on them. calendar_arithmetic (weekday of a 2023 date) and
-propositional_logic: an earlier build trained on them answered each with one fixed string ("Sunday",
-right for 24% of items; "(P ∨ R)", which the verifier accepted for 77%), so they gave GRPO answer
-priors to reshuffle instead of questions to read. Answers are bare `<answer>...</answer>` spans with no
+{left_out} Answers are bare `<answer>...</answer>` spans with no
 reasoning text.
 Not for any use but testing and demonstrating swarm-app.
 """
