@@ -9,6 +9,7 @@ This module knows nothing of models or networking.
 
 from __future__ import annotations
 
+import decimal
 import functools
 import hashlib
 import json
@@ -161,7 +162,10 @@ def regenerate(ref: TaskRef) -> Task:
     """The question and ground truth of `ref`. Raises KeyError for a config this node does not know."""
     if not 0 <= ref.index < DATASET_SIZE or not 0 <= ref.seed <= HELDOUT_SEED:
         raise KeyError(f"task ref out of range: {ref}")
-    entry = _dataset(ref.dataset, ref.config_digest, ref.seed)[ref.index]
+    # decimal_arithmetic sets the thread's decimal precision to its config's (5 digits in ours); a local
+    # context keeps that out of everything computed after (scoring, rounding in tools/make_default_model.py).
+    with decimal.localcontext():
+        entry = _dataset(ref.dataset, ref.config_digest, ref.seed)[ref.index]
     return Task(ref, str(entry["question"]), str(entry["answer"]), entry)
 
 

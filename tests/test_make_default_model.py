@@ -19,7 +19,7 @@ TOY = ["--steps", "4", "--batch-size", "4", "--micro-batches", "1", "--warmup", 
 @pytest.mark.parametrize("preset", ["easy", "paper"])
 def test_toy_build_writes_a_model_folder_the_app_loads(tmp_path, preset):
     out = tmp_path / "model"
-    # A subprocess: the script sets torch's thread count, and reasoning-gym the global decimal precision.
+    # A subprocess: the script sets torch's thread count for the whole process.
     done = subprocess.run([sys.executable, "tools/make_default_model.py", "--preset", preset, "--out", str(out), *TOY],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]

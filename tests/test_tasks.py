@@ -59,6 +59,15 @@ def test_heldout_covers_every_task_equally():
     assert set(counts.values()) == {10} and len(counts) == 9
 
 
+def test_regenerating_decimal_items_leaves_the_decimal_precision_alone():
+    import decimal
+
+    before = decimal.getcontext().prec
+    for ref in some_refs():
+        tasks.regenerate(ref)
+    assert decimal.getcontext().prec == before  # decimal_arithmetic sets it to its config's 5 digits
+
+
 def test_unknown_config_digest_is_refused():
     ref = tasks.draw(tasks.preset("easy"), 0, 1, 1)[0]
     with pytest.raises(KeyError):

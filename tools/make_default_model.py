@@ -30,7 +30,7 @@ import shutil
 import statistics
 import sys
 import time
-from decimal import ROUND_HALF_UP, Decimal, localcontext
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,8 +75,7 @@ def target_answer(task: tasks.Task) -> str | None:
         candidates = [str(task.entry["metadata"]["example_answer"])]
     elif task.ref.dataset == "decimal_arithmetic":
         places = tasks.known_specs()[task.ref.config_digest].config.get("max_num_decimal_places", 3)
-        with localcontext(prec=50):  # reasoning-gym sets the global precision to its config's (5 digits)
-            rounded = Decimal(task.answer).quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_UP)
+        rounded = Decimal(task.answer).quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_UP)
         candidates.append(str(abs(rounded) if rounded == 0 else rounded))
     for answer in sorted(candidates, key=len):
         if tasks.score(task, f"<answer>{answer}</answer>") >= 1.0:
