@@ -458,17 +458,19 @@ class TorchBackend(Backend):
                                f"this model uses rank {lora.rank}, alpha {lora.alpha}: use matching LoRA settings")
 
     def _read_optimizer(self, path: Path):
-        """A fresh optimizer (stale moments must not carry over to other weights), with `path`'s state if any."""
+        """A fresh optimizer (stale moments must not carry over to other weights) with `path`'s state;
+        None when the model is not trained (eval)."""
         import torch
 
         if self._optimizer is None:
             return None
+        if not path.is_file():  # resetting Adam's moments silently would change training without a word
+            raise BackendError(f"the optimizer state {path.name} is missing from {path.parent}")
         optimizer = self._new_optimizer()
-        if path.is_file():
-            try:
-                optimizer.load_state_dict(torch.load(path, map_location=self._device, weights_only=True))
-            except (OSError, RuntimeError, ValueError, KeyError, pickle.UnpicklingError) as exc:
-                raise BackendError(f"cannot restore the optimizer state from {path} ({exc}): delete it") from exc
+        try:
+            optimizer.load_state_dict(torch.load(path, map_location=self._device, weights_only=True))
+        except (OSError, RuntimeError, ValueError, KeyError, EOFError, pickle.UnpicklingError) as exc:
+            raise BackendError(f"the optimizer state {path} is unreadable ({exc})") from exc
         return optimizer
 
     def memory(self) -> int:

@@ -57,7 +57,7 @@ def test_resume_restores_the_adapter_state(stub_model, tmp_path):
     _, _, first = run(make_settings(stub_model, run_dir, 4))
     updates = first.trainer.backend.updates
     assert updates > 0
-    session = Session(make_settings(stub_model, run_dir, 4))
+    session = Session(make_settings(stub_model, run_dir, 5))  # at 4 the run is finished: nothing loads
     session.open()
     assert session.trainer.backend.updates == updates and session.next_round == 5
 
@@ -88,16 +88,27 @@ def test_stop_abandons_the_round_and_saves(stub_model, tmp_path):
     assert state.round == 2 and state.metrics_rows == 2
 
 
-def test_corrupted_checkpoint_is_reported_and_left_alone(stub_model, tmp_path):
+def test_an_unreadable_latest_json_resumes_from_the_newest_checkpoint(stub_model, tmp_path):
     run_dir = tmp_path / "run"
     run(make_settings(stub_model, run_dir, 2))
     latest = run_dir / "checkpoints" / "latest.json"
     latest.write_text("{not json")
-    before = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+    session = Session(make_settings(stub_model, run_dir, 4))
+    session.open()
+    assert session.next_round == 3
+    assert json.loads(latest.read_text())["dir"] == "round-000002"
+
+
+def test_no_intact_checkpoint_is_refused_with_the_damage_kept(stub_model, tmp_path):
+    run_dir = tmp_path / "run"
+    run(make_settings(stub_model, run_dir, 2))
+    for folder in (run_dir / "checkpoints").glob("round-*"):
+        (folder / "fake_adapter.json").write_text("{torn")
     with pytest.raises(CheckpointError, match="--fresh"):
         Session(make_settings(stub_model, run_dir, 4)).open()
-    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == before
-    assert latest.read_text() == "{not json"
+    names = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+    assert [n[:len("damaged-round-00000x")] for n in names if n.startswith("damaged-")] == [
+        "damaged-round-000001", "damaged-round-000002"]
 
 
 def test_fresh_moves_the_old_run_aside(stub_model, tmp_path):

@@ -3,8 +3,9 @@
 Layout inside `<run>/checkpoints/`: `round-000006/` (the backend's adapter files and optimizer state,
 plus `state.json`) and `latest.json` naming the newest complete one. A checkpoint is written into a
 `.partial-*` folder, fsynced and renamed; only then does `latest.json` move (atomically) to it. A kill
-at any moment therefore leaves `latest.json` pointing at a complete checkpoint. No RNG state is kept:
-every random draw of round t derives from (seed, t), so a resumed round t redraws exactly.
+at any moment therefore leaves `latest.json` pointing at a complete checkpoint; one damaged later (a
+truncated file, a bad disk) is set aside on resume and the one before it is used (`restore`). No RNG
+state is kept: every random draw of round t derives from (seed, t), so a resumed round t redraws exactly.
 """
 
 from __future__ import annotations
@@ -13,12 +14,13 @@ import json
 import logging
 import os
 import shutil
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
 from swarm_app.errors import CheckpointError
-from swarm_app.files import fsync_dir, write_text_atomic
+from swarm_app.files import fsync_dir, retry_on_descriptor_shortage, write_text_atomic
 
 log = logging.getLogger(__name__)
 
@@ -45,9 +47,14 @@ class Checkpoints:
         return self.folder / "latest.json"
 
     def exists(self) -> bool:
-        return self.latest_file.exists()
+        """Whether the run has any checkpoint (a lost latest.json still leaves its folders)."""
+        return self.latest_file.exists() or any(p.is_dir() for p in self.folder.glob("round-*"))
 
     def save(self, state: CheckpointState, write_adapter: Callable[[Path], None]) -> Path:
+        """Write a checkpoint of `state`; a write that fails for want of a descriptor starts over."""
+        return retry_on_descriptor_shortage(lambda: self._save(state, write_adapter), f"checkpoint {state.round}")
+
+    def _save(self, state: CheckpointState, write_adapter: Callable[[Path], None]) -> Path:
         name = f"round-{state.round:06d}"
         partial, final = self.folder / f".partial-{name}", self.folder / name
         shutil.rmtree(partial, ignore_errors=True)
@@ -64,22 +71,73 @@ class Checkpoints:
         return final
 
     def load_latest(self) -> tuple[CheckpointState, Path]:
-        """The newest complete checkpoint. Raises CheckpointError when it exists but is unreadable."""
+        """The checkpoint `latest.json` names. Raises CheckpointError when it exists but is unreadable."""
         try:
             pointer = json.loads(self.latest_file.read_text(encoding="utf-8"))
             folder = self.folder / str(pointer["dir"])
-            data = json.loads((folder / "state.json").read_text(encoding="utf-8"))
-            state = CheckpointState(int(data["round"]), int(data["metrics_rows"]), str(data["model_id"]),
-                                    str(data["backend"]))
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise corrupted(self.folder, exc) from None
-        return state, folder
+        return read_state(folder), folder
+
+    def restore(self, load: Callable[[Path], None]) -> tuple[CheckpointState, Path]:
+        """Load the newest intact checkpoint with `load(folder)` (which raises CheckpointError when the
+        folder's files are damaged). A damaged one is renamed `damaged-<name>` (kept, never deleted) and
+        the one before it is tried; `latest.json` then names the one that loaded."""
+        failures = []
+        for folder in self._newest_first():
+            try:
+                state = read_state(folder)
+                load(folder)
+            except CheckpointError as exc:
+                aside = self._set_aside(folder)
+                failures.append(f"{folder.name} ({exc.message})")
+                log.warning("checkpoint %s is damaged (%s); kept as %s", folder.name, exc.message, aside.name)
+                continue
+            if failures:
+                log.warning("resuming from the intact checkpoint of round %d instead", state.round)
+            if self._named() != folder.name:
+                write_text_atomic(self.latest_file, json.dumps({"dir": folder.name, "round": state.round}))
+            return state, folder
+        raise CheckpointError(
+            f"no intact checkpoint in {self.folder}: {'; '.join(failures) or 'none found'}. The damaged ones were "
+            "kept aside. Start over with --fresh (the old run is moved aside, not deleted) or choose another --run-dir",
+            title="Checkpoint unreadable")
+
+    def _newest_first(self) -> list[Path]:
+        """The folder latest.json names (when readable), then every other complete one, newest first."""
+        folders = sorted((p for p in self.folder.glob("round-*") if p.is_dir()), reverse=True)
+        named = self._named()
+        if named is None:
+            log.warning("%s is unreadable; looking for the newest intact checkpoint", self.latest_file)
+            return folders
+        return [self.folder / named] + [f for f in folders if f.name != named]
+
+    def _named(self) -> str | None:
+        try:
+            return str(json.loads(self.latest_file.read_text(encoding="utf-8"))["dir"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def _set_aside(self, folder: Path) -> Path:
+        aside = folder.with_name(f"damaged-{folder.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+        if folder.exists():
+            os.replace(folder, aside)
+        return aside
 
     def _prune(self, keep: set[str]) -> None:
         complete = sorted(p for p in self.folder.glob("round-*") if p.is_dir())
         for old in complete[:-KEEP]:
             if old.name not in keep:
                 shutil.rmtree(old, ignore_errors=True)
+
+
+def read_state(folder: Path) -> CheckpointState:
+    try:
+        data = json.loads((folder / "state.json").read_text(encoding="utf-8"))
+        return CheckpointState(int(data["round"]), int(data["metrics_rows"]), str(data["model_id"]),
+                               str(data["backend"]))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise corrupted(folder, exc) from None
 
 
 def corrupted(folder: Path, cause: object) -> CheckpointError:
