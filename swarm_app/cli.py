@@ -109,8 +109,7 @@ def load_settings_for(args: argparse.Namespace):
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
-                        format="%(levelname)s %(name)s: %(message)s")
+    _log_to_stderr(args.verbose)
     if args.command is None:
         parser.print_help()
         return 2
@@ -119,6 +118,27 @@ def main(argv: list[str] | None = None) -> int:
     except SwarmError as exc:
         print(f"swarm: {exc.message}", file=sys.stderr)
         return exc.exit_code
+
+
+class HumanFormatter(logging.Formatter):
+    """"warning: <message>" for people; the module path only with --verbose (for bug reports)."""
+
+    def __init__(self, verbose: bool) -> None:
+        super().__init__()
+        self.verbose = verbose
+
+    def format(self, record: logging.LogRecord) -> str:
+        where = f" [{record.name}]" if self.verbose else ""
+        text = f"{record.levelname.lower()}{where}: {record.getMessage()}"
+        if record.exc_info and self.verbose:
+            text += "\n" + self.formatException(record.exc_info)
+        return text
+
+
+def _log_to_stderr(verbose: bool) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(HumanFormatter(verbose))
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, handlers=[handler])
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -163,10 +183,12 @@ def eval_command(args: argparse.Namespace) -> int:
         raise UsageError(f"--n {args.n} must be at least 1")
     from swarm_app.evaluate_command import run_eval
 
-    result = run_eval(settings, Path(args.adapter) if args.adapter else None, args.n, _hardware(settings))
+    report = run_eval(settings, Path(args.adapter) if args.adapter else None, args.n, _hardware(settings))
+    result = report.result
     if args.json:
-        print(json.dumps(result.to_dict()))
+        print(json.dumps(report.to_dict()))
     else:
+        print(report.heading())
         print(f"held-out accuracy {result.accuracy:.3f} on {result.n} questions")
         for name, acc in result.per_task.items():
             print(f"  {name:28s} {acc:.3f}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from backends import registry
@@ -15,7 +16,24 @@ from swarm_app.training.checkpoint import Checkpoints
 from swarm_app.training.evaluation import EvalResult, evaluate
 
 
-def run_eval(settings: Settings, adapter: Path | None, n: int, hardware: Hardware) -> EvalResult:
+@dataclass(frozen=True)
+class EvalReport:
+    """What was scored (the model folder, the adapter folder or None for the base model) and how well."""
+
+    result: EvalResult
+    model: Path
+    adapter: Path | None
+
+    def to_dict(self) -> dict:
+        return {**self.result.to_dict(), "model": str(self.model), "adapter": str(self.adapter) if self.adapter else None}
+
+    def heading(self) -> str:
+        adapter = (f"adapter {self.adapter}" if self.adapter else
+                   "no adapter: the base model as bundled, not a trained run (pass --adapter RUN_DIR to score one)")
+        return f"model {self.model}, {adapter}"
+
+
+def run_eval(settings: Settings, adapter: Path | None, n: int, hardware: Hardware) -> EvalReport:
     specs = tasks.preset(settings.tasks.preset)
     model_dir = resolve_model(settings.model.path)
     adapter_dir = _adapter_folder(adapter) if adapter else None
@@ -28,7 +46,7 @@ def run_eval(settings: Settings, adapter: Path | None, n: int, hardware: Hardwar
     except BackendError as exc:
         raise ModelError(str(exc)) from None
     try:
-        return evaluate(backend, tasks.heldout(specs, n), settings.model.max_new_tokens)
+        return EvalReport(evaluate(backend, tasks.heldout(specs, n), settings.model.max_new_tokens), model_dir, adapter_dir)
     finally:
         backend.close()
 

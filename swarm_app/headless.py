@@ -41,6 +41,9 @@ class HeadlessView:
         if isinstance(event, SwarmJoined):
             return f"swarm: node {event.node_id} listening on {event.address}"
         if isinstance(event, RunStopped):
+            if event.reason == "already finished":
+                return (f"this run already finished its {event.last_round} rounds; nothing to do "
+                        "(raise --rounds to go on, or start over with --fresh)")
             return f"stopped after round {event.last_round} ({event.reason})"
         if isinstance(event, CheckpointSaved):
             return ""  # every round would double the output; the JSON format has it
@@ -66,6 +69,6 @@ def format_round(row: dict, total: int) -> str:
     if row.get("heldout_acc") is not None:
         parts.append(f"held-out acc {row['heldout_acc']:.3f}")
     if row.get("peers") is not None:
-        parts.append(f"peers {row['peers']} (in {row['rollouts_accepted']}, out {row['rollouts_published']})")
+        parts.append(f"peers {row['peers']} (in {row['rollouts_accepted']}, out {row['rollouts_sent']})")
     parts.append(f"gen {row['gen_s']:.1f}s train {row['train_s']:.1f}s")
     return "  ".join(parts)

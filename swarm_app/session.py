@@ -21,7 +21,7 @@ from backends.base import BackendError, Hardware, LoraConfig, ModelSpec, OptimCo
 from swarm_app import tasks
 from swarm_app.errors import CheckpointError, ModelError, SwarmError, UsageError
 from swarm_app.events import CheckpointSaved, Event, RoundFinished, RunStarted, RunStopped, SwarmJoined
-from swarm_app.files import write_text_atomic
+from swarm_app.files import check_writable_folder, write_text_atomic
 from swarm_app.models import resolve_model
 from swarm_app.paths import user_dirs
 from swarm_app.rollouts import RolloutExchange
@@ -61,6 +61,18 @@ def any_port(listen: str) -> str:
     return f"{host}:0"
 
 
+def _load_adapter(backend, folder: Path) -> None:
+    try:
+        backend.load_adapter(folder)
+    except BackendError as exc:
+        raise CheckpointError(str(exc)) from None
+
+
+def write_failed(path: Path, exc: OSError) -> SwarmError:
+    return SwarmError(f"cannot write {path} ({exc.strerror or exc}); free disk space or fix its permissions, "
+                      "then run the same command again: it resumes from the last checkpoint", title="Disk")
+
+
 def run_dir_of(settings: Settings) -> Path:
     return Path(settings.run.run_dir).expanduser() if settings.run.run_dir else user_dirs().default_run
 
@@ -87,25 +99,67 @@ class Session:
         self.next_round = 1
         self.metrics_rows = 0
         self._stopping = False
+        self._alone_warned = False
 
     # -- opening: validate, load, resume ------------------------------------------------------
     def open(self) -> None:
-        """Blocking (loads the model): call it from a worker thread in async code."""
+        """Blocking (loads the model): call it from a worker thread in async code.
+
+        Every input is checked (preset, addresses, model folder, run folder, listen port) before the
+        model loads and before anything is written, so bad input costs milliseconds and leaves no trace.
+        """
         specs = tasks.preset(self.settings.tasks.preset)
         if self.exchange is None and self.settings.peer.enabled:
             self.peer_config = peer_config(self.settings)
         model_dir = resolve_model(self.settings.model.path)
+        check_writable_folder(self.run_dir, "--run-dir")
         started = self._check_run_matches(model_dir)
         self.seed = self._seed(started)
+        if self.peer_config is not None:
+            self.peer_config = self._usable_listen(self.peer_config)
+        if self._already_finished():
+            return
         backend = self._load_backend(model_dir)
         if self.fresh:
             self._move_old_run_aside()
         if self.checkpoints.exists():
             self._resume(backend)
         else:
-            self.metrics.truncate(0)  # rows of rounds that never reached a checkpoint
+            self.metrics.keep_rounds(0)  # rows of rounds that never reached a checkpoint
         self._write_run_file(model_dir)
         self.trainer = Trainer(backend, self._plan(specs), self.exchange)
+
+    def _usable_listen(self, config):
+        """The config with a listen address that binds now: a busy default port becomes any free port
+        (with a warning); a busy address the user chose is an error."""
+        from swarm_app.peer.addressbook import parse_address
+        from swarm_app.peer.ports import bind_error
+
+        host, port = parse_address(config.listen)
+        error = bind_error(host, port)
+        if error is None:
+            return config
+        reason = error.strerror or str(error)
+        if self.settings.peer.listen != PeerSettings.listen:
+            raise UsageError(f"cannot listen on {config.listen}: {reason}; choose another address with --listen "
+                             f"(port 0 picks any free port)", title="Network")
+        log.warning("port %d is taken (%s; another swarm node on this machine?): listening on a free port "
+                    "instead; pass --listen HOST:PORT to choose one", port, reason)
+        return dataclasses.replace(config, listen=any_port(config.listen))
+
+    def _already_finished(self) -> bool:
+        """True when the run already did all its rounds: then nothing is loaded and run() only says so."""
+        total = self.settings.train.rounds
+        if self.fresh or not total or not self.checkpoints.latest_file.exists():
+            return False
+        try:
+            state, _ = self.checkpoints.load_latest()
+        except CheckpointError:
+            return False  # the resume path finds the newest intact checkpoint and says what it did
+        if state.round < total:
+            return False
+        self.next_round = state.round + 1
+        return True
 
     def _load_backend(self, model_dir: Path):
         try:
@@ -154,14 +208,9 @@ class Session:
             log.info("moved the previous run to %s", aside)
 
     def _resume(self, backend) -> None:
-        state, folder = self.checkpoints.load_latest()
-        try:
-            backend.load_adapter(folder)
-        except BackendError as exc:
-            raise CheckpointError(f"the checkpoint {folder} cannot be loaded ({exc}); start over with --fresh "
-                                  "(the old run is moved aside) or choose another --run-dir") from None
-        self.metrics.truncate(state.metrics_rows)
-        self.metrics_rows = state.metrics_rows
+        state, folder = self.checkpoints.restore(lambda folder: _load_adapter(backend, folder))
+        self.metrics.keep_rounds(state.round)
+        self.metrics_rows = len(self.metrics.rows())
         self.next_round = state.round + 1
         log.info("resuming %s after round %d", self.run_dir, state.round)
 
@@ -185,6 +234,9 @@ class Session:
         """Run rounds until the total is reached or stop() is called. Returns the last completed round."""
         if self.trainer is None:
             await asyncio.to_thread(self.open)
+        if self.trainer is None:  # the run had already done all its rounds: nothing was loaded
+            self.on_event(RunStopped(self.next_round - 1, "already finished"))
+            return self.next_round - 1
         trainer, total = self.trainer, self.settings.train.rounds
         self.on_event(RunStarted(str(self.run_dir), self.backend_name, self.backend_reason,
                                  trainer.backend.model_id, self.settings.tasks.preset, self.next_round, total))
@@ -199,9 +251,7 @@ class Session:
                 except RoundAbandoned:
                     break
                 row.update(self._swarm_figures())
-                self.metrics.append(row)
-                self.last_row = row
-                self.metrics_rows += 1
+                await asyncio.to_thread(self._record, row)
                 last_done, self.next_round = t, t + 1
                 self.on_event(RoundFinished(row))
                 if t % self.settings.train.checkpoint_every == 0:
@@ -213,11 +263,19 @@ class Session:
             raise
         finally:
             if last_done > last_saved:
-                await self._save(last_done)
+                await self._save_at_exit(last_done, reason)
             if self.peer_node is not None:
                 await self.peer_node.stop()
             self.on_event(RunStopped(last_done, reason))
         return last_done
+
+    def _record(self, row: dict) -> None:
+        try:
+            self.metrics.append(row)
+        except OSError as exc:
+            raise write_failed(self.metrics.path, exc) from None
+        self.last_row = row
+        self.metrics_rows += 1
 
     async def _join_swarm(self) -> None:
         """Start this user's peer node. It never blocks training: unreachable peers are retried later."""
@@ -226,14 +284,7 @@ class Session:
         from swarm_app.peer.node import PeerNode  # deferred: only networked runs need aiohttp's server side
 
         node = PeerNode.from_config(self.peer_config)
-        try:
-            await node.start()
-        except SwarmError as exc:
-            if self.settings.peer.listen != PeerSettings.listen:
-                raise  # the user chose this address: say so rather than pick another
-            log.warning("%s; listening on a free port instead", exc.message)
-            node = PeerNode.from_config(dataclasses.replace(self.peer_config, listen=any_port(self.peer_config.listen)))
-            await node.start()
+        await node.start()  # the address was probed in open(); only a race with another program fails here
         self.peer_node = self.trainer.exchange = self.exchange = node
         from swarm_app.training.prometheus import RoundCollector
 
@@ -244,12 +295,37 @@ class Session:
         if self.peer_node is None:
             return {}
         stats = self.peer_node.stats()
+        self._warn_when_alone(stats.neighbours)
         return {"peers": stats.neighbours, "pool": stats.pool_size, "rollouts_published": stats.published,
-                "rollouts_accepted": stats.accepted, "rollouts_rejected": sum(stats.rejected.values())}
+                "rollouts_sent": stats.sent, "rollouts_accepted": stats.accepted,
+                "rollouts_rejected": sum(stats.rejected.values())}
+
+    def _warn_when_alone(self, neighbours: int) -> None:
+        """Say once (until a peer connects) that the peers the user named cannot be reached."""
+        bootstrap = self.peer_config.bootstrap if self.peer_config else ()
+        if neighbours or not bootstrap:
+            self._alone_warned = False
+        elif not self._alone_warned:
+            self._alone_warned = True
+            log.warning("no peer connected: %s cannot be reached (yet). Training alone and retrying; check "
+                        "that the address is right and that the node there runs `swarm run`", ", ".join(bootstrap))
+
+    async def _save_at_exit(self, t: int, reason: str) -> None:
+        """Checkpoint the last completed round on the way out; when the run is already failing, a
+        failed save is logged, not raised over the error that ended the run."""
+        try:
+            await self._save(t)
+        except SwarmError as exc:
+            if reason != "error":
+                raise
+            log.warning("%s", exc.message)
 
     async def _save(self, t: int) -> int:
         state = CheckpointState(t, self.metrics_rows, self.trainer.backend.model_id, self.backend_name)
-        folder = await asyncio.to_thread(self.checkpoints.save, state, self.trainer.backend.save_adapter)
+        try:
+            folder = await asyncio.to_thread(self.checkpoints.save, state, self.trainer.backend.save_adapter)
+        except OSError as exc:
+            raise write_failed(self.checkpoints.folder, exc) from None
         self.on_event(CheckpointSaved(t, str(folder)))
         return t
 

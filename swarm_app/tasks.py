@@ -158,10 +158,14 @@ def _silence_bf_compiler() -> None:
     Optimizer.print = lambda *args, **kwargs: None
 
 
-def regenerate(ref: TaskRef) -> Task:
-    """The question and ground truth of `ref`. Raises KeyError for a config this node does not know."""
+def regenerate(ref: TaskRef, *, heldout: bool = False) -> Task:
+    """The question and ground truth of `ref`. Raises KeyError for a config this node does not know or
+    a ref out of range. Held-out items (seed HELDOUT_SEED) only with `heldout=True`, which only the
+    local evaluation passes: a peer's rollout for a held-out item must never reach training."""
     if not 0 <= ref.index < DATASET_SIZE or not 0 <= ref.seed <= HELDOUT_SEED:
         raise KeyError(f"task ref out of range: {ref}")
+    if ref.seed == HELDOUT_SEED and not heldout:
+        raise KeyError(f"task ref {ref} is a held-out item: reserved for evaluation, never trained on")
     # decimal_arithmetic sets the thread's decimal precision to its config's (5 digits in ours); a local
     # context keeps that out of everything computed after (scoring, rounding in tools/make_default_model.py).
     with decimal.localcontext():

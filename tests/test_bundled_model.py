@@ -27,7 +27,7 @@ def bundled():
 
 
 def heldout_tasks(n: int) -> list[tasks.Task]:
-    return [tasks.regenerate(ref) for ref in tasks.heldout(tasks.preset("easy"), n)]
+    return [tasks.regenerate(ref, heldout=True) for ref in tasks.heldout(tasks.preset("easy"), n)]
 
 
 def greedy(model, tokenizer, prompts: list[str]) -> list[str]:

@@ -29,6 +29,6 @@ def test_toy_build_writes_a_model_folder_the_app_loads(tmp_path, preset):
 
     backend = TorchBackend()
     backend.load(ModelSpec(path=str(out), threads=1, trainable=False))
-    task = tasks.regenerate(tasks.heldout(tasks.preset(preset), 1)[0])
+    task = tasks.regenerate(tasks.heldout(tasks.preset(preset), 1)[0], heldout=True)
     [completions] = backend.generate([task.messages()], 1, Sampling(max_new_tokens=4, temperature=0.0))
     assert len(completions) == 1

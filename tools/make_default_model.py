@@ -91,7 +91,7 @@ def seen_fraction(refs: list[tasks.TaskRef], questions: set[str]) -> dict[str, f
     """
     seen: dict[str, list[float]] = {}
     for ref in refs:
-        seen.setdefault(ref.dataset, []).append(float(tasks.regenerate(ref).question in questions))
+        seen.setdefault(ref.dataset, []).append(float(tasks.regenerate(ref, heldout=True).question in questions))
     return {name: round(statistics.fmean(v), 3) for name, v in seen.items()}
 
 

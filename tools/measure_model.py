@@ -90,7 +90,7 @@ def _by_task(refs: list[tasks.TaskRef], values: list[float]) -> dict[str, float]
 
 def greedy_report(model, tokenizer, refs: list[tasks.TaskRef]) -> dict:
     """Greedy accuracy (mean reward), exact-match rate and answer-format rate, overall and per task."""
-    items = [tasks.regenerate(ref) for ref in refs]
+    items = [tasks.regenerate(ref, heldout=True) for ref in refs]
     completions = generate(model, tokenizer, [render(tokenizer, t) for t in items])
     rewards = [tasks.score(t, c[0]) for t, c in zip(items, completions)]
     exact = [float(r >= 1.0) for r in rewards]
@@ -124,7 +124,7 @@ def answer_diversity(answers: list[str | None], truths: list[str]) -> dict:
 def spread_report(model, tokenizer, refs: list[tasks.TaskRef], samples: int = 8, temperature: float = 1.0,
                   seed: int = 0) -> dict:
     """Fraction of question groups (`samples` completions each) whose rewards are not all equal."""
-    items = [tasks.regenerate(ref) for ref in refs]
+    items = [tasks.regenerate(ref, heldout=True) for ref in refs]
     groups = generate(model, tokenizer, [render(tokenizer, t) for t in items], temperature=temperature,
                       samples=samples, seed=seed)
     rewards = [[tasks.score(t, c) for c in group] for t, group in zip(items, groups)]

@@ -46,6 +46,9 @@ class NodeStats:
     pool_bytes: int
     seen_size: int
     published: int
+    """Own rollouts signed and offered (whether or not any peer was connected)."""
+    sent: int
+    """Copies of own rollouts pushed to connected peers (each rollout goes to up to push_fanout of them)."""
     accepted: int
     rejected: dict[str, int]
     """Node-wide rejections by reason (rollouts, messages and handshakes)."""
@@ -68,5 +71,5 @@ def snapshot(node: "PeerNode") -> NodeStats:
     directions = list(connected.values())
     return NodeStats(core.node_id, node.address, core.config.share, directions.count("in"), directions.count("out"),
                      len(core.addresses), len(node.pool), node.pool.nbytes, len(core.admission.seen),
-                     core.counters["published"], core.counters["accepted"], dict(core.rejected),
+                     core.counters["published"], core.counters["pushes"], core.counters["accepted"], dict(core.rejected),
                      core.counters["bans"], rows)

@@ -27,7 +27,7 @@ class EvalResult:
 
 
 def evaluate(backend: Backend, refs: list[tasks.TaskRef], max_new_tokens: int) -> EvalResult:
-    items = [tasks.regenerate(ref) for ref in refs]
+    items = [tasks.regenerate(ref, heldout=True) for ref in refs]
     greedy = Sampling(max_new_tokens=max_new_tokens, temperature=0.0, seed=0)
     correct: dict[str, list[bool]] = defaultdict(list)
     for start in range(0, len(items), EVAL_BATCH):
