@@ -89,13 +89,22 @@ class TrainStats:
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """Where the model lives and how to adapt it."""
+    """Where the model lives and how to adapt it.
+
+    `path` is a local model folder (the app resolves hub ids and the bundled model before an engine
+    sees it); `model_id` is the name the engine reports back (empty: the folder's name).
+    """
 
     path: str
     lora: LoraConfig = field(default_factory=LoraConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     threads: int = 1
     trainable: bool = True
+    model_id: str = ""
+
+    def reported_id(self) -> str:
+        """The model id to publish: `model_id`, else the folder's name."""
+        return self.model_id or Path(self.path).expanduser().resolve().name
 
 
 class Backend(ABC):

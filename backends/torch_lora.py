@@ -1,9 +1,9 @@
 """The torch engine: a Hugging Face causal LM with a PEFT LoRA adapter, trained with GRPO.
 
-Owns: finding and checking the model folder (a local folder or a Hugging Face id already in the local
-cache; never a download), the tokenizer and its chat template, batched sampling, the round's GRPO update
-of the LoRA parameters (AdamW over LoRA only; the loss itself is in grpo_loss.py), and the adapter +
-optimizer files. CUDA when present (bf16 where supported), else CPU with a fixed thread count.
+Owns: checking the model folder (always a local folder: the app's resolver turns hub ids into folders),
+the tokenizer and its chat template, batched sampling, the round's GRPO update of the LoRA parameters
+(AdamW over LoRA only; the loss itself is in grpo_loss.py), and the adapter + optimizer files.
+CUDA when present (bf16 where supported), else CPU with a fixed thread count.
 Must not import swarm_app, and must not import torch, transformers or peft at module level:
 `is_available` runs before the engine is chosen (importing all three costs ~4 s).
 """
@@ -57,25 +57,12 @@ class _Step(NamedTuple):
     taken: bool
 
 
-def _looks_like_hub_id(path: str) -> bool:
-    return not path.startswith(("/", ".", "~")) and "\\" not in path and path.count("/") <= 1
-
-
-def resolve_model_folder(path: str) -> Path:
-    """The folder holding the model: `path` itself, or its snapshot in the local Hugging Face cache."""
+def model_folder(path: str) -> Path:
+    """`path` as a folder; hub ids and the bundled model are resolved by the app before the engine sees them."""
     folder = Path(path).expanduser()
-    if folder.is_dir():
-        return folder
-    if not _looks_like_hub_id(path):
-        raise BackendError(f"model folder {folder} does not exist: check the path, or give a Hugging Face id")
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import HFValidationError
-
-    try:
-        return Path(snapshot_download(path, local_files_only=True))
-    except (OSError, HFValidationError) as exc:
-        raise BackendError(f"{path!r} is neither a folder nor a model in the local Hugging Face cache: download "
-                           f"it once with `hf download {path}` (needs internet) or give a model folder") from exc
+    if not folder.is_dir():
+        raise BackendError(f"model folder {folder} does not exist: check the path (resolve hub ids first)")
+    return folder
 
 
 def check_model_folder(folder: Path) -> None:
@@ -174,7 +161,7 @@ class TorchBackend(Backend):
 
         hf_logging.disable_progress_bar()  # progress bars on every checkpoint would flood a terminal view
         self.close()
-        folder = resolve_model_folder(spec.path)
+        folder = model_folder(spec.path)
         check_model_folder(folder)
         tok = load_tokenizer(folder)
         device, dtype = pick_device(spec.threads)
@@ -190,7 +177,7 @@ class TorchBackend(Backend):
         self._tok, self._spec, self._device = tok, spec, device
         self._end_id = tok.get_vocab().get(IM_END, tok.eos_token_id)
         self._stop_ids = stop_ids(tok, self._end_id, checkpoint_eos)
-        self._model_id = spec.path if not Path(spec.path).expanduser().is_dir() else folder.resolve().name
+        self._model_id = spec.reported_id()
         self._optimizer = self._new_optimizer() if spec.trainable else None
         log.info("loaded %s on %s (%s)", self._model_id, device, dtype)
 

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from backends import registry
 from backends.base import BackendError, Hardware
 from swarm_app import tasks
 from swarm_app.errors import ModelError
-from swarm_app.models import resolve_model
+from swarm_app.models import resolve
 from swarm_app.session import model_spec
 from swarm_app.settings import Settings
 from swarm_app.training.checkpoint import Checkpoints
@@ -35,12 +35,13 @@ class EvalReport:
 
 def run_eval(settings: Settings, adapter: Path | None, n: int, hardware: Hardware) -> EvalReport:
     specs = tasks.preset(settings.tasks.preset)
-    model_dir = resolve_model(settings.model.path)
+    model = resolve(settings.model.path)
+    model_dir = model.folder
     adapter_dir = _adapter_folder(adapter) if adapter else None
     try:
         name, _ = registry.choose(settings.model.backend, hardware)
         backend = registry.create(name)
-        backend.load(model_spec(settings, model_dir, trainable=False))
+        backend.load(replace(model_spec(settings, model_dir, trainable=False), model_id=model.model_id))
         if adapter_dir is not None:
             backend.load_adapter(adapter_dir)
     except BackendError as exc:
