@@ -22,8 +22,21 @@ class BackendError(Exception):
 
 
 @dataclass(frozen=True)
+class Gpu:
+    """One NVIDIA GPU as the driver reports it."""
+
+    name: str
+    memory_bytes: int
+    compute_capability: str = ""
+    """"8.6" style; "" when the driver does not say."""
+    bf16: bool = False
+    """Native bfloat16 (compute capability 8.0 and up)."""
+
+
+@dataclass(frozen=True)
 class Hardware:
-    """What detection found. Filled by the app; backends only read it."""
+    """What detection found. Filled by the app; backends only read it. The cuda_* fields describe the
+    first GPU of `gpus` (kept for engines written before `gpus`)."""
 
     cuda: bool = False
     cuda_name: str = ""
@@ -31,6 +44,26 @@ class Hardware:
     apple_silicon: bool = False
     ram_bytes: int = 0
     cpu_count: int = 1
+    """Logical CPUs."""
+    physical_cores: int = 0
+    """0: unknown (use cpu_count)."""
+    gpus: tuple[Gpu, ...] = ()
+    cuda_driver: str = ""
+    apple_chip: str = ""
+    mlx_installed: bool = False
+    simd: tuple[str, ...] = ()
+    """CPU vector extensions found, e.g. ("avx2", "avx512f") or ("neon",)."""
+    ram_available_bytes: int = 0
+    disk_free_bytes: int = 0
+    system: str = ""
+    """platform.system(): "Linux", "Darwin", "Windows"."""
+    machine: str = ""
+    """platform.machine(): "x86_64", "arm64", "AMD64", ..."""
+
+    @property
+    def cores(self) -> int:
+        """Physical cores when known, else logical CPUs."""
+        return self.physical_cores or self.cpu_count
 
 
 @dataclass(frozen=True)
@@ -110,7 +143,17 @@ class ModelSpec:
 class Backend(ABC):
     name: ClassVar[str]
     supports_training: ClassVar[bool] = True
-    """False for engines that can only generate."""
+    """False for engines that can only generate: the registry never picks them for a training run."""
+    adapter_format: ClassVar[str] = "peft"
+    """What save_adapter writes: "peft" (adapter_config.json + adapter_model.safetensors) or the engine's
+    own format. A checkpoint resumes only on an engine with the same format."""
+    supports_cancel: ClassVar[bool] = False
+    """True when generate stops between decode steps once a progress callback raises Cancelled."""
+
+    @classmethod
+    def runs_accelerated(cls, hw: Hardware) -> bool:
+        """True when this engine would use an accelerator here (CUDA, Apple GPU); cheap, like is_available."""
+        return False
 
     @classmethod
     @abstractmethod
@@ -141,6 +184,10 @@ class Backend(ABC):
     @abstractmethod
     def load_adapter(self, folder: Path) -> None:
         """Load an adapter written by save_adapter (and its optimizer state when present)."""
+
+    def token_logprobs(self, batch: list[TrainSample]) -> list[list[float]]:
+        """Log-probs of each sample's completion tokens under the current policy (for tests and checks)."""
+        raise BackendError(f"the {self.name} engine cannot score completions")
 
     def memory(self) -> int:
         """Bytes the engine holds (model, adapter, optimizer), best effort."""

@@ -18,6 +18,7 @@ ADAPTER_FILE = "fake_adapter.json"
 
 class FakeBackend(Backend):
     name = "fake"
+    adapter_format = "fake-json"
 
     def __init__(self) -> None:
         self.spec: ModelSpec | None = None

@@ -1,12 +1,15 @@
-"""Backend names -> classes, imported only when chosen, and the automatic choice.
+"""Backend names -> classes, imported only when chosen; the automatic choice; what each engine can do.
 
-Detection order: CUDA > Apple MLX > llama.cpp > torch CPU. Each engine's module is imported lazily so
-that choosing `fake` never imports torch.
+Automatic choice: CUDA > Apple MLX > llama.cpp > torch CPU, among the engines registered here and usable
+on this machine (an engine's module imports nothing heavy, so reading its flags is cheap). Training runs
+only pick engines with `supports_training`; a checkpoint resumes only on an engine with the same
+adapter format.
 """
 
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass
 
 from backends.base import Backend, BackendError, Hardware
 
@@ -16,8 +19,20 @@ ENGINES: dict[str, str] = {
 }
 """Registered engines: name -> "module:Class"."""
 
-AUTO_ORDER = ("torch",)
-"""Engines tried by `auto`, best first (mlx and llama_cpp join when they exist)."""
+KNOWN_ENGINES = ("torch", "mlx", "llama_cpp", "fake")
+"""Every engine name the app knows of, registered here or not yet."""
+
+AUTO_PREFERENCE: tuple[tuple[str, bool], ...] = (("torch", True), ("mlx", True), ("llama_cpp", False), ("torch", False))
+"""(engine, only when accelerated) best first: torch on CUDA, MLX on Apple silicon, llama.cpp, torch on CPU."""
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """An engine's flags as the session and `swarm doctor` read them."""
+
+    training: bool
+    adapter_format: str
+    cancel: bool
 
 
 def names() -> list[str]:
@@ -31,21 +46,55 @@ def backend_class(name: str) -> type[Backend]:
     return getattr(importlib.import_module(module_name), class_name)
 
 
-def choose(requested: str, hw: Hardware) -> tuple[str, str]:
-    """(engine name, why) for `requested` ("auto" or a name)."""
+def capabilities(name: str) -> Capabilities:
+    cls = backend_class(name)
+    return Capabilities(cls.supports_training, cls.adapter_format, cls.supports_cancel)
+
+
+def auto_order(hw: Hardware) -> list[str]:
+    """Registered engines in the order `auto` tries them on `hw` (accelerated ones only where they are)."""
+    order: list[str] = []
+    for name, needs_accelerator in AUTO_PREFERENCE:
+        if name not in ENGINES or name in order:
+            continue
+        if needs_accelerator and not backend_class(name).runs_accelerated(hw):
+            continue
+        order.append(name)
+    return order
+
+
+def choose(requested: str, hw: Hardware, *, training: bool = True) -> tuple[str, str]:
+    """(engine name, why) for `requested` ("auto" or a name); `training` excludes generate-only engines."""
     if requested != "auto":
         cls = backend_class(requested)
         ok, why = cls.is_available(hw)
         if not ok:
             raise BackendError(f"backend {requested!r} is not usable here: {why}")
+        if training and not cls.supports_training:
+            raise BackendError(f"backend {requested!r} cannot train; choose another with --backend")
         return requested, f"chosen with --backend ({why})"
     reasons = []
-    for name in AUTO_ORDER:
-        ok, why = backend_class(name).is_available(hw)
-        if ok:
+    for name in auto_order(hw):
+        cls = backend_class(name)
+        ok, why = cls.is_available(hw)
+        if ok and (cls.supports_training or not training):
             return name, why
-        reasons.append(f"{name}: {why}")
-    raise BackendError("no backend is usable: " + "; ".join(reasons))
+        reasons.append(f"{name}: {why if not ok else 'cannot train'}")
+    raise BackendError("no backend is usable: " + "; ".join(reasons) + "; run `swarm doctor` for install commands")
+
+
+def resume_conflict(saved_engine: str, engine: str) -> str | None:
+    """Why a checkpoint written by `saved_engine` cannot resume on `engine`, or None when it can."""
+    if saved_engine == engine:
+        return None
+    if saved_engine not in ENGINES:
+        return (f"the checkpoint was written by the {saved_engine!r} engine, which this version does not have; "
+                "resume with that engine's version, or start over with --fresh")
+    saved, now = capabilities(saved_engine).adapter_format, capabilities(engine).adapter_format
+    if saved != now:
+        return (f"the checkpoint holds a {saved} adapter (written by {saved_engine}) and {engine} uses {now}; "
+                f"resume with --backend {saved_engine}, or start over with --fresh")
+    return None
 
 
 def create(name: str) -> Backend:

@@ -18,6 +18,7 @@ import json
 import logging
 import math
 import pickle
+import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,6 +64,21 @@ def model_folder(path: str) -> Path:
     if not folder.is_dir():
         raise BackendError(f"model folder {folder} does not exist: check the path (resolve hub ids first)")
     return folder
+
+
+def torch_cuda_build() -> str:
+    """The CUDA version this torch was built for ("" for a CPU build or no torch), read from
+    torch/version.py without importing torch (~2 s)."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return ""
+    version_file = Path(next(iter(spec.submodule_search_locations))) / "version.py"
+    try:
+        text = version_file.read_text(encoding="utf-8")
+    except OSError:
+        return ""
+    match = re.search(r"^cuda\s*(?::[^=]*)?=\s*['\"]([^'\"]+)['\"]", text, re.MULTILINE)
+    return match.group(1) if match else ""
 
 
 def check_model_folder(folder: Path) -> None:
@@ -151,9 +167,15 @@ class TorchBackend(Backend):
         missing = [m for m in ("torch", "transformers", "peft") if importlib.util.find_spec(m) is None]
         if missing:
             return False, f"{', '.join(missing)} not installed (pip install swarm-app installs them)"
-        if hw.cuda:
+        if cls.runs_accelerated(hw):
             return True, f"torch on CUDA ({hw.cuda_name or 'GPU'})"
+        if hw.cuda:
+            return True, f"torch on CPU: this torch is a CPU build, so the {hw.cuda_name or 'GPU'} goes unused"
         return True, "torch on CPU (no CUDA GPU found)"
+
+    @classmethod
+    def runs_accelerated(cls, hw: Hardware) -> bool:
+        return hw.cuda and bool(torch_cuda_build())
 
     def load(self, spec: ModelSpec) -> None:
         from transformers import AutoModelForCausalLM, GenerationConfig
@@ -459,6 +481,10 @@ class TorchBackend(Backend):
         except (OSError, RuntimeError, ValueError, KeyError, EOFError, pickle.UnpicklingError) as exc:
             raise BackendError(f"the optimizer state {path} is unreadable ({exc})") from exc
         return optimizer
+
+    def token_logprobs(self, batch: list[TrainSample]) -> list[list[float]]:
+        self._require_model()
+        return [logp.tolist() for logp in self._old_logps([self._encode_sample(s) for s in batch])]
 
     def memory(self) -> int:
         if self._model is None:

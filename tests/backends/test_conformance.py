@@ -1,0 +1,81 @@
+"""The same contract tests against every installed engine, on the bundled model, one thread.
+
+The loss check: a round of two epochs over one minibatch reports the mean of two losses; the first
+(ratio 1) is taken from the log-probs before the round, the second from the log-probs after one update
+(a second engine loaded the same way takes that one update), both through the NumPy reference.
+Tolerance 1e-5 on float32 log-probs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from backends.base import OptimConfig, Sampling, TrainSample
+from backends.grpo_reference import grpo_loss_reference
+from tests.backends.conformance import engine_params, load_engine
+
+pytestmark = pytest.mark.parametrize("engine", engine_params())
+
+QUESTION = [{"role": "user", "content": "What is 3 + 4?"}]
+BATCH = [
+    TrainSample(QUESTION, "<answer>7</answer>", 1.2),
+    TrainSample(QUESTION, "3 + 4 = 8 <answer>8</answer>", -0.4),
+    TrainSample(QUESTION, "<answer>12</answer>", -0.8),
+    TrainSample(QUESTION, "It is 7.", 0.0),
+]
+GREEDY = Sampling(max_new_tokens=12, temperature=0.0)
+FAST = OptimConfig(learning_rate=0.05, epochs=1, minibatches=1)
+
+
+def padded(rows: list[list[float]]) -> tuple[np.ndarray, np.ndarray]:
+    width = max(map(len, rows))
+    values = np.array([r + [0.0] * (width - len(r)) for r in rows])
+    return values, np.arange(width)[None, :] < np.array([len(r) for r in rows])[:, None]
+
+
+def test_n_completions_per_prompt_reproducible_with_a_seed(engine):
+    backend = load_engine(engine)
+    sampling = Sampling(max_new_tokens=10, temperature=1.0, seed=7)
+    first = backend.generate([QUESTION, QUESTION[:1]], 3, sampling)
+    assert [len(group) for group in first] == [3, 3]
+    assert backend.generate([QUESTION, QUESTION[:1]], 3, sampling) == first
+    assert all(0 < c.n_tokens <= 10 for group in first for c in group)
+
+
+def test_reported_loss_equals_the_numpy_reference(engine):
+    two_epochs = load_engine(engine, optim=OptimConfig(learning_rate=0.05, epochs=2, minibatches=1))
+    before = two_epochs.token_logprobs(BATCH)
+    stats = two_epochs.train_step(BATCH)
+    one_epoch = load_engine(engine, optim=FAST)
+    one_epoch.train_step(BATCH)
+    after = one_epoch.token_logprobs(BATCH)
+    old, mask = padded(before)
+    new, _ = padded(after)
+    adv = np.array([[s.advantage] for s in BATCH])
+    first, second = grpo_loss_reference(old, old, adv, mask), grpo_loss_reference(new, old, adv, mask)
+    assert stats.loss == pytest.approx((first.loss + second.loss) / 2, abs=1e-5)
+    assert stats.tokens == int(mask.sum())
+    assert second.clipped_fraction > 0  # the clip really acts in the second epoch at this learning rate
+    assert stats.clipped_fraction == pytest.approx(second.clipped_fraction / 2, abs=1e-6)
+
+
+def test_train_step_lowers_the_loss_on_a_fixed_batch(engine):
+    backend = load_engine(engine, optim=OptimConfig(learning_rate=1e-3, epochs=1, minibatches=1))
+    before = backend.token_logprobs(BATCH)
+    backend.train_step(BATCH)
+    after = backend.token_logprobs(BATCH)
+    old, mask = padded(before)
+    new, _ = padded(after)
+    adv = np.array([[s.advantage] for s in BATCH])
+    assert grpo_loss_reference(new, old, adv, mask).loss < grpo_loss_reference(old, old, adv, mask).loss
+
+
+def test_adapter_save_and_load_keeps_generations_identical(engine, tmp_path):
+    trained = load_engine(engine, optim=FAST)
+    trained.train_step(BATCH)
+    trained.save_adapter(tmp_path / "adapter")
+    expected = trained.generate([QUESTION], 1, GREEDY)
+    fresh = load_engine(engine, optim=FAST)
+    fresh.load_adapter(tmp_path / "adapter")
+    assert fresh.generate([QUESTION], 1, GREEDY) == expected
