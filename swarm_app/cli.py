@@ -72,6 +72,11 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--tasks", metavar="PRESET")
     ev.add_argument("--n", type=int, default=200, help="held-out questions (default 200)")
     ev.add_argument("--json", action="store_true", help="print one JSON object")
+
+    doctor = commands.add_parser("doctor", help="this machine, the engines that run here and the one chosen")
+    _common_model_flags(doctor)
+    doctor.add_argument("--json", action="store_true", help="print one JSON object")
+    _peer_flags(doctor)
     return parser
 
 
@@ -210,10 +215,21 @@ def demo_command(args: argparse.Namespace) -> int:
     return 1 if any(s.error for s in summaries) else 0
 
 
+def doctor_command(args: argparse.Namespace) -> int:
+    settings = load_settings_for(args)
+    from swarm_app.doctor_command import build_report, format_text
+    from swarm_app.hardware import detect
+
+    report = build_report(settings, detect())
+    print(json.dumps(report) if args.json else format_text(report))
+    return 0
+
+
 def identity_command(args: argparse.Namespace) -> int:
     from swarm_app.peer.commands import identity_main
 
     return identity_main(args)
 
 
-COMMANDS = {"run": run_command, "eval": eval_command, "demo": demo_command, "identity": identity_command}
+COMMANDS = {"run": run_command, "eval": eval_command, "demo": demo_command, "identity": identity_command,
+            "doctor": doctor_command}

@@ -1,0 +1,157 @@
+"""`swarm doctor [--json]`: what this machine has, which engine runs here and why, and what is missing.
+
+Owns the report: hardware, every known engine (installed, usable, why not, the exact install command),
+the engine `auto` picks and the recommended sizing, the model `--model` resolves to, the user paths,
+whether the listen port is free and whether bootstrap peers answer a TCP connect (2 s each, all at
+once). It loads no model and imports no engine's heavy modules, so it answers in about a second; a
+pace estimate would need the model loaded, so the report says how to measure one instead.
+Must not write anything or change settings; cli.py prints the report.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+from dataclasses import asdict
+from pathlib import Path
+
+from backends import registry
+from backends.base import BackendError, Hardware
+from swarm_app import hardware, sizing
+from swarm_app.errors import SwarmError
+from swarm_app.paths import user_dirs
+from swarm_app.settings import Settings
+
+PEER_TIMEOUT_S = 2.0
+ENGINE_MODULES = {"torch": ("torch", "transformers", "peft"), "mlx": ("mlx", "mlx_lm"),
+                  "llama_cpp": ("llama_cpp", "gguf"), "fake": ()}
+PYTORCH_INDEX = "https://download.pytorch.org/whl"
+PACE_HINT = "not probed (it needs the model loaded); measure with `swarm run --no-ui --rounds 2 --offline`"
+
+
+def torch_install_command(hw: Hardware) -> str:
+    """pip command for the right torch build: CUDA on NVIDIA, PyPI on a Mac, the CPU build elsewhere."""
+    if hw.system == "Darwin":
+        return "pip install torch"
+    if hw.cuda:
+        return f"pip install --force-reinstall torch --index-url {PYTORCH_INDEX}/{cuda_index(hw.cuda_driver)}"
+    return f"pip install torch --index-url {PYTORCH_INDEX}/cpu"
+
+
+def cuda_index(driver: str) -> str:
+    """The newest PyTorch CUDA wheel index this driver runs (CUDA 12.8 needs driver 570+, 12.x 525+)."""
+    try:
+        major = int(driver.split(".")[0])
+    except ValueError:
+        return "cu124"
+    return "cu128" if major >= 570 else "cu124" if major >= 525 else "cu118"
+
+
+def install_command(name: str, hw: Hardware) -> str:
+    return {"torch": torch_install_command(hw), "mlx": 'pip install "swarm-app[mlx]"',
+            "llama_cpp": 'pip install "swarm-app[llamacpp]"', "fake": ""}[name]
+
+
+def engine_status(name: str, hw: Hardware) -> dict:
+    """{name, installed, available, reason, install} for one engine, registered here or not."""
+    missing = [m for m in ENGINE_MODULES[name] if importlib.util.find_spec(m) is None]
+    status = {"name": name, "installed": not missing, "available": False, "reason": "", "install": ""}
+    if missing:
+        status.update(reason=f"{', '.join(missing)} not installed", install=install_command(name, hw))
+    elif name not in registry.ENGINES:
+        status["reason"] = f"installed, but this version of swarm-app has no {name} engine yet"
+    else:
+        ok, why = registry.backend_class(name).is_available(hw)
+        status.update(available=ok, reason=why)
+        if name == "torch" and hw.cuda and not registry.backend_class(name).runs_accelerated(hw):
+            status["install"] = torch_install_command(hw)
+    return status
+
+
+def build_report(settings: Settings, hw: Hardware) -> dict:
+    engines = [engine_status(name, hw) for name in registry.KNOWN_ENGINES]
+    try:
+        chosen, reason = registry.choose(settings.model.backend, hw)
+    except BackendError as exc:
+        chosen, reason = None, str(exc)
+    advice = sizing.recommend(hw, chosen or "torch")
+    return {
+        "hardware": {**asdict(hw), "summary": hardware.describe(hw)},
+        "backends": engines,
+        "chosen": chosen,
+        "reason": reason,
+        "recommended": {"threads": advice.threads, "model": advice.model.path or "(bundled)",
+                        "local": advice.batch.local, "completions": advice.batch.completions,
+                        "max_new_tokens": advice.batch.max_new_tokens, "reason": advice.reason},
+        "model": _model(settings),
+        "paths": _paths(settings),
+        "listen": _listen(settings.peer.listen),
+        "peers": asyncio.run(_peers(settings.peer.peers)) if settings.peer.peers else [],
+        "pace": PACE_HINT,
+    }
+
+
+def _model(settings: Settings) -> dict:
+    from swarm_app.models import resolve
+
+    try:
+        resolved = resolve(settings.model.path)
+    except SwarmError as exc:
+        return {"folder": None, "model_id": None, "error": exc.message}
+    return {"folder": str(resolved.folder), "model_id": resolved.model_id, "error": None}
+
+
+def _paths(settings: Settings) -> dict:
+    dirs = user_dirs()
+    run = Path(settings.run.run_dir) if settings.run.run_dir else dirs.default_run
+    return {"config_file": str(dirs.config_file), "data": str(dirs.data), "cache": str(dirs.cache),
+            "run": str(run), "metrics_log": str(run / "metrics.jsonl")}
+
+
+def _listen(address: str) -> dict:
+    from swarm_app.peer.addressbook import parse_address
+    from swarm_app.peer.ports import bind_error
+
+    try:
+        host, port = parse_address(address)
+    except ValueError as exc:
+        return {"address": address, "free": False, "reason": str(exc)}
+    error = bind_error(host, port)
+    reason = "" if error is None else (getattr(error, "strerror", None) or str(error))
+    return {"address": address, "free": error is None, "reason": reason}
+
+
+async def _peers(addresses: list[str]) -> list[dict]:
+    return list(await asyncio.gather(*(_reach(a) for a in addresses)))
+
+
+async def _reach(address: str) -> dict:
+    from swarm_app.peer.addressbook import parse_address
+
+    try:
+        host, port = parse_address(address)
+        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), PEER_TIMEOUT_S)
+    except ValueError as exc:
+        return {"address": address, "reachable": False, "reason": str(exc)}
+    except (OSError, asyncio.TimeoutError) as exc:
+        return {"address": address, "reachable": False, "reason": getattr(exc, "strerror", None) or "no answer in 2 s"}
+    writer.close()
+    return {"address": address, "reachable": True, "reason": ""}
+
+
+def format_text(report: dict) -> str:
+    lines = [f"machine: {report['hardware']['summary']}", "engines:"]
+    for e in report["backends"]:
+        mark = "usable" if e["available"] else ("installed" if e["installed"] else "missing")
+        lines.append(f"  {e['name']:10s} {mark:9s} {e['reason']}" + (f"  -> {e['install']}" if e["install"] else ""))
+    lines.append(f"chosen: {report['chosen'] or 'none'} ({report['reason']})")
+    lines.append(f"recommended: {report['recommended']['reason']}")
+    model = report["model"]
+    lines.append(f"model: {model['model_id']} in {model['folder']}" if model["folder"] else f"model: {model['error']}")
+    lines += [f"{key.replace('_', ' ')}: {value}" for key, value in report["paths"].items()]
+    listen = report["listen"]
+    lines.append(f"listen {listen['address']}: " + ("free" if listen["free"] else f"not free ({listen['reason']})"))
+    for peer in report["peers"]:
+        lines.append(f"peer {peer['address']}: " + ("reachable" if peer["reachable"] else f"unreachable ({peer['reason']})"))
+    lines.append(f"pace: {report['pace']}")
+    return "\n".join(lines)
