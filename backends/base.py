@@ -134,6 +134,8 @@ class ModelSpec:
     threads: int = 1
     trainable: bool = True
     model_id: str = ""
+    cache_dir: str = ""
+    """Where an engine may keep converted models (the app passes its user cache dir; empty: a temp dir)."""
 
     def reported_id(self) -> str:
         """The model id to publish: `model_id`, else the folder's name."""

@@ -15,6 +15,7 @@ from backends.base import Backend, BackendError, Hardware
 
 ENGINES: dict[str, str] = {
     "torch": "backends.torch_lora:TorchBackend",
+    "llama_cpp": "backends.llama_cpp:LlamaCppBackend",
     "fake": "backends.fake:FakeBackend",
 }
 """Registered engines: name -> "module:Class"."""
@@ -24,6 +25,11 @@ KNOWN_ENGINES = ("torch", "mlx", "llama_cpp", "fake")
 
 AUTO_PREFERENCE: tuple[tuple[str, bool], ...] = (("torch", True), ("mlx", True), ("llama_cpp", False), ("torch", False))
 """(engine, only when accelerated) best first: torch on CUDA, MLX on Apple silicon, llama.cpp, torch on CPU."""
+
+OPT_IN: dict[str, str] = {
+    "llama_cpp": "only with --backend llama_cpp until its generation is batched (one sequence at a time so far)",
+}
+"""Registered engines that `auto` skips, and why; remove an entry to let `auto` pick the engine."""
 
 
 @dataclass(frozen=True)
@@ -55,7 +61,7 @@ def auto_order(hw: Hardware) -> list[str]:
     """Registered engines in the order `auto` tries them on `hw` (accelerated ones only where they are)."""
     order: list[str] = []
     for name, needs_accelerator in AUTO_PREFERENCE:
-        if name not in ENGINES or name in order:
+        if name not in ENGINES or name in order or name in OPT_IN:
             continue
         if needs_accelerator and not backend_class(name).runs_accelerated(hw):
             continue

@@ -62,7 +62,7 @@ def engine_status(name: str, hw: Hardware) -> dict:
         status["reason"] = f"installed, but this version of swarm-app has no {name} engine yet"
     else:
         ok, why = registry.backend_class(name).is_available(hw)
-        status.update(available=ok, reason=why)
+        status.update(available=ok, reason=why + (f"; {registry.OPT_IN[name]}" if ok and name in registry.OPT_IN else ""))
         if name == "torch" and hw.cuda and not registry.backend_class(name).runs_accelerated(hw):
             status["install"] = torch_install_command(hw)
     return status

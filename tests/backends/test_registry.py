@@ -50,7 +50,8 @@ def test_auto_never_picks_an_engine_that_cannot_train(engines, monkeypatch):
         registry.choose("torch", CPU_ONLY)
 
 
-def test_an_accelerated_engine_goes_first_only_where_it_is_accelerated(engines):
+def test_an_accelerated_engine_goes_first_only_where_it_is_accelerated(engines, monkeypatch):
+    monkeypatch.setattr(registry, "OPT_IN", {})
     engines.clear()
     engines.update({"torch": "tests.backends.test_registry:Accelerated",
                     "llama_cpp": "backends.fake:FakeBackend"})
@@ -72,3 +73,8 @@ def test_resume_needs_the_same_adapter_format():
 
 def test_every_flag_has_a_default_on_the_base_class():
     assert (Backend.supports_training, Backend.adapter_format, Backend.supports_cancel) == (True, "peft", False)
+
+
+def test_an_opt_in_engine_is_chosen_only_by_name():
+    assert "llama_cpp" not in registry.auto_order(CPU_ONLY)
+    assert registry.choose("fake", CPU_ONLY)[0] == "fake"
