@@ -11,7 +11,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import Callable, ClassVar
 
 Messages = list[dict[str, str]]
 """A chat prompt: [{"role": "system"|"user"|"assistant", "content": ...}, ...]."""
@@ -19,6 +19,17 @@ Messages = list[dict[str, str]]
 
 class BackendError(Exception):
     """A model or adapter that an engine cannot use; the message names the problem and the fix."""
+
+
+class Cancelled(Exception):
+    """Raised by a `Progress` callback to stop generation between decode steps; the engine lets it
+    propagate and keeps no partial state (nothing it generated so far is returned)."""
+
+
+Progress = Callable[[int, int], None]
+"""`progress(done, total)`: called by generate between decode steps (tokens) and by train_step after
+each optimizer step. In generate it may raise Cancelled; in train_step it only reports (an update that
+stopped half way would leave the adapter between two states)."""
 
 
 @dataclass(frozen=True)
@@ -172,11 +183,12 @@ class Backend(ABC):
         """A short, stable name of the loaded base model (shared with peers as text)."""
 
     @abstractmethod
-    def generate(self, prompts: list[Messages], n: int, sampling: Sampling) -> list[list[Completion]]:
+    def generate(self, prompts: list[Messages], n: int, sampling: Sampling,
+                 progress: Progress | None = None) -> list[list[Completion]]:
         """`n` completions for each prompt, in prompt order."""
 
     @abstractmethod
-    def train_step(self, batch: list[TrainSample]) -> TrainStats:
+    def train_step(self, batch: list[TrainSample], progress: Progress | None = None) -> TrainStats:
         """One round's GRPO update of the LoRA parameters (all epochs and minibatches)."""
 
     @abstractmethod
@@ -194,6 +206,10 @@ class Backend(ABC):
     def memory(self) -> int:
         """Bytes the engine holds (model, adapter, optimizer), best effort."""
         return 0
+
+    def device(self) -> str:
+        """Where the engine computes ("cpu", "cuda:0", ...), for the views."""
+        return "cpu"
 
     def close(self) -> None:
         """Release the model."""

@@ -11,7 +11,8 @@ import hashlib
 import json
 from pathlib import Path
 
-from backends.base import Backend, BackendError, Completion, Hardware, Messages, ModelSpec, Sampling, TrainSample, TrainStats
+from backends.base import (Backend, BackendError, Completion, Hardware, Messages, ModelSpec, Progress, Sampling,
+                           TrainSample, TrainStats)
 
 ADAPTER_FILE = "fake_adapter.json"
 
@@ -36,8 +37,14 @@ class FakeBackend(Backend):
     def model_id(self) -> str:
         return "fake"
 
-    def generate(self, prompts: list[Messages], n: int, sampling: Sampling) -> list[list[Completion]]:
-        return [[self._complete(p, i, sampling) for i in range(n)] for p in prompts]
+    def generate(self, prompts: list[Messages], n: int, sampling: Sampling,
+                 progress: Progress | None = None) -> list[list[Completion]]:
+        out = []
+        for done, prompt in enumerate(prompts, 1):
+            out.append([self._complete(prompt, i, sampling) for i in range(n)])
+            if progress is not None:
+                progress(done, len(prompts))
+        return out
 
     def _complete(self, prompt: Messages, index: int, sampling: Sampling) -> Completion:
         sample = 0 if sampling.temperature == 0 else index
@@ -46,8 +53,10 @@ class FakeBackend(Backend):
         text = f"I think it is {value}. <answer>{value}</answer>"
         return Completion(text, len(text.split()))
 
-    def train_step(self, batch: list[TrainSample]) -> TrainStats:
+    def train_step(self, batch: list[TrainSample], progress: Progress | None = None) -> TrainStats:
         self.updates += 1
+        if progress is not None:
+            progress(1, 1)
         tokens = sum(len(s.completion.split()) for s in batch)
         self.tokens_seen += tokens
         loss = -sum(s.advantage for s in batch) / max(len(batch), 1)

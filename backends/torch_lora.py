@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, NamedTuple
 
-from backends.base import Backend, BackendError, Completion, Hardware, Messages, ModelSpec, Sampling
+from backends.base import Backend, BackendError, Completion, Hardware, Messages, ModelSpec, Progress, Sampling
 from backends.base import TrainSample, TrainStats
 from backends.torch_batching import cache_kwarg, pad, prompt_cache, split_by_budget
 
@@ -230,16 +230,19 @@ class TorchBackend(Backend):
         # The template already holds every special token the model expects (BOS included).
         return self._tok(text, add_special_tokens=False)["input_ids"]
 
-    def generate(self, prompts: list[Messages], n: int, sampling: Sampling) -> list[list[Completion]]:
+    def generate(self, prompts: list[Messages], n: int, sampling: Sampling,
+                 progress: Progress | None = None) -> list[list[Completion]]:
         import torch
 
         model = self._require_model()
         rows = [ids for ids in map(self._encode_prompt, prompts) for _ in range(n)]
         done: list[Completion] = []
         model.eval()
+        chunks = range(0, len(rows), GENERATE_CHUNK)
         with self._seeded(sampling.seed), torch.inference_mode():
-            for start in range(0, len(rows), GENERATE_CHUNK):
-                done.extend(map(self._decode, self._generate_ids(rows[start : start + GENERATE_CHUNK], sampling)))
+            for k, start in enumerate(chunks):
+                steps = _StepReporter(progress, k * sampling.max_new_tokens, len(chunks) * sampling.max_new_tokens)
+                done.extend(map(self._decode, self._generate_ids(rows[start : start + GENERATE_CHUNK], sampling, steps)))
         return [done[i * n : (i + 1) * n] for i in range(len(prompts))]
 
     @contextlib.contextmanager
@@ -255,7 +258,7 @@ class TorchBackend(Backend):
             torch.manual_seed(seed)
             yield
 
-    def _generate_ids(self, rows: list[list[int]], sampling: Sampling) -> list[list[int]]:
+    def _generate_ids(self, rows: list[list[int]], sampling: Sampling, steps: "_StepReporter") -> list[list[int]]:
         """New token ids per row (padding after a stop token included), from left-padded prompts."""
         ids, mask = pad(rows, self._tok.pad_token_id, left=True, device=self._device)
         options = dict(max_new_tokens=sampling.max_new_tokens, eos_token_id=self._stop_ids,
@@ -267,6 +270,10 @@ class TorchBackend(Backend):
         cache = self._shared_prompt_cache(ids, mask)
         if cache is not None:
             options[self._cache_kwarg] = cache
+        if steps.progress is not None:
+            from transformers import StoppingCriteriaList
+
+            options["stopping_criteria"] = StoppingCriteriaList([steps.criterion(ids.shape[1])])
         out = self._model.generate(input_ids=ids, attention_mask=mask, **options)
         return out[:, ids.shape[1] :].tolist()
 
@@ -346,7 +353,7 @@ class TorchBackend(Backend):
                     out[i] = logp
         return out
 
-    def train_step(self, batch: list[TrainSample]) -> TrainStats:
+    def train_step(self, batch: list[TrainSample], progress: Progress | None = None) -> TrainStats:
         self._require_model()
         if self._optimizer is None:
             raise BackendError("this model was loaded with trainable=False: load it again to train")
@@ -358,11 +365,14 @@ class TorchBackend(Backend):
         active = [i for i, a in enumerate(advantages) if a != 0.0]
         old = dict(zip(active, self._old_logps([seqs[i] for i in active])))
         self._model.train()
+        parts = list(self._minibatches(len(seqs), shuffle_seed(batch)))
+        steps = []
         try:
-            steps = [
-                self._minibatch_step([seqs[i] for i in part], [old.get(i) for i in part], [advantages[i] for i in part])
-                for part in self._minibatches(len(seqs), shuffle_seed(batch))
-            ]
+            for k, part in enumerate(parts, 1):
+                steps.append(self._minibatch_step([seqs[i] for i in part], [old.get(i) for i in part],
+                                                  [advantages[i] for i in part]))
+                if progress is not None:
+                    progress(k, len(parts))
         finally:
             self._model.eval()
         return self._summarize(steps, tokens=sum(s.n_completion for s in seqs))
@@ -482,6 +492,9 @@ class TorchBackend(Backend):
             raise BackendError(f"the optimizer state {path} is unreadable ({exc})") from exc
         return optimizer
 
+    def device(self) -> str:
+        return str(self._device) if self._device is not None else "cpu"
+
     def token_logprobs(self, batch: list[TrainSample]) -> list[list[float]]:
         self._require_model()
         return [logp.tolist() for logp in self._old_logps([self._encode_sample(s) for s in batch])]
@@ -503,6 +516,27 @@ class TorchBackend(Backend):
             import torch
 
             torch.cuda.empty_cache()
+
+
+class _StepReporter:
+    """Turns generate()'s decode steps into `progress(done, total)` calls through a stopping criterion
+    that never stops by itself: a Cancelled raised by `progress` ends generate() between two steps."""
+
+    def __init__(self, progress: Progress | None, offset: int, total: int) -> None:
+        self.progress, self.offset, self.total = progress, offset, total
+
+    def criterion(self, prompt_len: int):
+        import torch
+        from transformers import StoppingCriteria
+
+        reporter = self
+
+        class ReportSteps(StoppingCriteria):
+            def __call__(self, input_ids, scores, **kwargs):
+                reporter.progress(reporter.offset + input_ids.shape[1] - prompt_len, reporter.total)
+                return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+        return ReportSteps()
 
 
 def shuffle_seed(batch: list[TrainSample]) -> int:

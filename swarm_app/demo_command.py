@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ from swarm_app.headless import HeadlessView
 from swarm_app.paths import user_dirs
 from swarm_app.session import Session
 from swarm_app.settings import Settings
+from swarm_app.stopping import on_stop_signals
 
 
 @dataclass
@@ -59,7 +59,7 @@ async def run_demo_swarm(base: Settings, nodes: int, out_dir: Path, stream: Text
     # AutoModelForCausalLM at once made one fail with ImportError), and it bounds the memory peak.
     opening = asyncio.Lock()
     loop = asyncio.get_running_loop()
-    previous = signal.signal(signal.SIGINT, lambda *_: [loop.call_soon_threadsafe(s.stop) for s in sessions])
+    undo = on_stop_signals(loop, lambda: [s.stop() for s in sessions])
 
     async def run_node(index: int, node) -> None:
         summary = summaries[index]
@@ -67,11 +67,11 @@ async def run_demo_swarm(base: Settings, nodes: int, out_dir: Path, stream: Text
 
         def on_event(event: Event) -> None:
             if isinstance(event, RoundFinished):
-                row = event.metrics
+                m = event.metrics
                 summary.rounds += 1
-                summary.local_reward += row["reward_local_sum"]
-                summary.total_reward += row["reward_local_sum"] + row["reward_external_sum"]
-                summary.used += row["n_external"]
+                summary.local_reward += m.reward_local_sum
+                summary.total_reward += m.reward_local_sum + m.reward_external_sum
+                summary.used += m.n_external
                 view(event)
 
         session = Session(node_settings(base, index, out_dir), exchange=node, on_event=on_event, fresh=True)
@@ -92,7 +92,7 @@ async def run_demo_swarm(base: Settings, nodes: int, out_dir: Path, stream: Text
     try:
         await run_demo(nodes, run_node)
     finally:
-        signal.signal(signal.SIGINT, previous)
+        undo()
     return summaries
 
 

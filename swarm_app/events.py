@@ -1,19 +1,79 @@
-"""Plain dataclass events that a session publishes; the TUI and the headless view both subscribe.
+"""Typed, frozen events that a session publishes; the TUI, the headless view and `swarm watch` subscribe.
 
-Events are past-tense facts. They cross from the training thread to the asyncio loop, so they hold
-only plain values (no models, no tensors).
+Events are past-tense facts holding only plain values (no models, no tensors, no live peer state), so
+they cross from the training thread to the asyncio loop and into JSON unchanged. Progress events say
+`replaceable = True`: a view that falls behind keeps only the newest of a kind (like toolong's
+`can_replace`), so a slow terminal never queues stale progress. Requests go the other way, as method
+calls on the session (pause, resume, set_sharing, evaluate_now, stop); they are not events.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 
 @dataclass(frozen=True)
 class Event:
+    replaceable: ClassVar[bool] = False
+    """True for progress: only the newest event of this type matters to a view."""
+
     def to_dict(self) -> dict[str, Any]:
         return {"event": type(self).__name__, **asdict(self)}
+
+
+@dataclass(frozen=True)
+class RoundMetrics:
+    """One completed round: the row written to metrics.jsonl, field for field."""
+
+    round: int
+    reward_local: float
+    """Mean reward of this node's own completions."""
+    reward_external: float | None
+    """Mean locally re-scored reward of the peers' groups trained on; None when none were used."""
+    reward_local_sum: float
+    reward_external_sum: float
+    n_local: int
+    n_external: int
+    """Peers' groups trained on (only groups with a reward spread are taken)."""
+    groups_with_signal: int
+    """Groups of the update (own and external) whose rewards were not all equal."""
+    tokens: int
+    """Tokens this node generated."""
+    train_tokens: int
+    loss: float | None
+    clipped_fraction: float | None
+    gen_s: float
+    train_s: float
+    time: float
+    round_s: float = 0.0
+    heldout_acc: float | None = None
+    """Held-out accuracy, on evaluation rounds only."""
+    eval_s: float | None = None
+    peers: int | None = None
+    """Connected neighbours at the end of the round (None when the node is offline)."""
+    pool: int | None = None
+    rollouts_published: int | None = None
+    rollouts_sent: int | None = None
+    rollouts_accepted: int | None = None
+    rollouts_rejected: int | None = None
+
+    @property
+    def external_signal_share(self) -> float | None:
+        """Share of the update's learning signal (groups with a reward spread) that came from peers."""
+        return self.n_external / self.groups_with_signal if self.groups_with_signal else None
+
+    def to_row(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ModelLoading(Event):
+    """The model is being loaded (the slow part of start-up); `step` says what happens now."""
+
+    model: str
+    backend: str
+    step: str
 
 
 @dataclass(frozen=True)
@@ -27,6 +87,10 @@ class RunStarted(Event):
     """The first round this process will run (1 for a new run)."""
     total_rounds: int
     """0: until stopped."""
+    device: str = ""
+    """Where the engine runs ("cpu", "cuda:0", ...)."""
+    memory_bytes: int = 0
+    """What the engine holds (model, adapter, optimizer)."""
 
 
 @dataclass(frozen=True)
@@ -36,9 +100,38 @@ class SwarmJoined(Event):
 
 
 @dataclass(frozen=True)
+class RoundStarted(Event):
+    round: int
+
+
+@dataclass(frozen=True)
+class PhaseProgress(Event):
+    """Progress inside a round: phase is "generating", "scoring", "sharing" or "training"."""
+
+    replaceable: ClassVar[bool] = True
+    round: int
+    phase: str
+    done: int
+    total: int
+
+
+@dataclass(frozen=True)
 class RoundFinished(Event):
-    metrics: dict[str, Any] = field(default_factory=dict)
-    """The row just written to metrics.jsonl."""
+    metrics: RoundMetrics
+
+
+@dataclass(frozen=True)
+class EvaluationStarted(Event):
+    round: int
+    n: int
+
+
+@dataclass(frozen=True)
+class EvaluationFinished(Event):
+    round: int
+    accuracy: float
+    per_task: dict[str, float] = field(default_factory=dict)
+    seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -48,7 +141,85 @@ class CheckpointSaved(Event):
 
 
 @dataclass(frozen=True)
+class PeerRow:
+    """One peer as the views show it (a copy of the peer node's snapshot, plain values only)."""
+
+    node_id: str
+    address: str
+    connected: bool
+    reachable: bool
+    """This node dialed it (so others can too), rather than only hearing from it."""
+    latency_ms: float | None
+    received: int
+    accepted: int
+    rejected: int
+    main_rejection: str
+    used: int
+    last_seen: float
+    """Unix time this node last heard from the peer (0: never)."""
+
+
+@dataclass(frozen=True)
+class PeersUpdated(Event):
+    """The swarm as this node sees it, about once a second while the node is online."""
+
+    replaceable: ClassVar[bool] = True
+    peers: tuple[PeerRow, ...]
+    sharing: bool
+    published: int
+    sent: int
+    accepted: int
+    rejected: int
+    pool: int
+
+
+@dataclass(frozen=True)
+class PeerConnected(Event):
+    node_id: str
+    address: str
+
+
+@dataclass(frozen=True)
+class PeerDisconnected(Event):
+    node_id: str
+
+
+@dataclass(frozen=True)
+class RolloutsRejected(Event):
+    """Peers' rollouts refused since the last report, by reason."""
+
+    reasons: dict[str, int]
+
+
+@dataclass(frozen=True)
+class TrainingPaused(Event):
+    after_round: int
+
+
+@dataclass(frozen=True)
+class TrainingResumed(Event):
+    pass
+
+
+@dataclass(frozen=True)
+class SharingChanged(Event):
+    sharing: bool
+
+
+@dataclass(frozen=True)
+class LogRecorded(Event):
+    """A log record of this run (warnings carry their next step in the message)."""
+
+    level: str
+    message: str
+    time: float
+
+
+@dataclass(frozen=True)
 class RunStopped(Event):
     last_round: int
     reason: str
-    """"finished", "interrupted" or "error"."""
+    """"finished", "interrupted", "error" or "already finished"."""
+    run_dir: str = ""
+    adapter: str = ""
+    """The newest checkpoint folder ("" when none was written)."""

@@ -1,6 +1,8 @@
-"""The headless view (`--no-ui`): one readable line per round, or one JSON object per event.
+"""The headless view (`--no-ui`): readable lines, or one JSON object per event (`--log-format json`).
 
 It subscribes to session events like the TUI does and is the only place besides the CLI that prints.
+Progress events (replaceable) and the per-second peer snapshots are left out of both formats: a log
+line per decode step would bury the round lines.
 """
 
 from __future__ import annotations
@@ -10,7 +12,8 @@ import os
 import sys
 from typing import TextIO
 
-from swarm_app.events import CheckpointSaved, Event, RoundFinished, RunStarted, RunStopped, SwarmJoined
+from swarm_app.events import (Event, EvaluationFinished, ModelLoading, RoundFinished, RoundMetrics, RunStarted,
+                              RunStopped, SharingChanged, SwarmJoined, TrainingPaused, TrainingResumed)
 
 
 class HeadlessView:
@@ -23,6 +26,8 @@ class HeadlessView:
         self.total_rounds = total_rounds
 
     def __call__(self, event: Event) -> None:
+        if event.replaceable:
+            return
         if self.log_format == "json":
             self._write(json.dumps(event.to_dict(), default=str))
             return
@@ -31,6 +36,8 @@ class HeadlessView:
             self._write(self.prefix + line)
 
     def format(self, event: Event) -> str:
+        if isinstance(event, ModelLoading):
+            return f"{event.step}: model {event.model}, engine {event.backend}"
         if isinstance(event, RunStarted):
             self.total_rounds = event.total_rounds
             until = f"up to round {event.total_rounds}" if event.total_rounds else "until stopped (Ctrl-C)"
@@ -41,13 +48,8 @@ class HeadlessView:
         if isinstance(event, SwarmJoined):
             return f"swarm: node {event.node_id} listening on {event.address}"
         if isinstance(event, RunStopped):
-            if event.reason == "already finished":
-                return (f"this run already finished its {event.last_round} rounds; nothing to do "
-                        "(raise --rounds to go on, or start over with --fresh)")
-            return f"stopped after round {event.last_round} ({event.reason})"
-        if isinstance(event, CheckpointSaved):
-            return ""  # every round would double the output; the JSON format has it
-        return ""
+            return format_stop(event)
+        return _short_line(event)
 
     def _write(self, line: str) -> None:
         if self.stream is None:
@@ -60,15 +62,44 @@ class HeadlessView:
             sys.stdout = open(os.devnull, "w", encoding="utf-8")
 
 
-def format_round(row: dict, total: int) -> str:
+def _short_line(event: Event) -> str:
+    if isinstance(event, EvaluationFinished):
+        return ""  # the round line carries held-out accuracy and the evaluation's time
+    if isinstance(event, TrainingPaused):
+        return f"paused after round {event.after_round} (the swarm keeps going)"
+    if isinstance(event, TrainingResumed):
+        return "resumed"
+    if isinstance(event, SharingChanged):
+        return "sharing own rollouts" if event.sharing else "not sharing own rollouts (still receiving)"
+    return ""  # peers come and go every minute (rotation): the JSON format has those events
+
+
+def format_round(m: RoundMetrics, total: int) -> str:
     of = f"/{total}" if total else ""
-    external = row.get("reward_external")
-    parts = [f"round {row['round']}{of}",
-             f"reward local {row['reward_local']:.3f}",
-             f"external {external:.3f} ({row['n_external']} groups)" if external is not None else "external -"]
-    if row.get("heldout_acc") is not None:
-        parts.append(f"held-out acc {row['heldout_acc']:.3f}")
-    if row.get("peers") is not None:
-        parts.append(f"peers {row['peers']} (in {row['rollouts_accepted']}, out {row['rollouts_sent']})")
-    parts.append(f"gen {row['gen_s']:.1f}s train {row['train_s']:.1f}s")
+    parts = [f"round {m.round}{of}",
+             f"reward local {m.reward_local:.3f}",
+             f"external {m.reward_external:.3f} ({m.n_external} groups)" if m.reward_external is not None else "external -"]
+    if m.heldout_acc is not None:
+        parts.append(f"held-out acc {m.heldout_acc:.3f}")
+    if m.peers is not None:
+        parts.append(f"peers {m.peers} (in {m.rollouts_accepted}, out {m.rollouts_sent})")
+    timing = f"gen {m.gen_s:.1f}s train {m.train_s:.1f}s"
+    if m.eval_s is not None:
+        timing += f" eval {m.eval_s:.1f}s"
+    parts.append(timing)
     return "  ".join(parts)
+
+
+def format_stop(event: RunStopped) -> str:
+    if event.reason == "already finished":
+        head = (f"this run already finished its {event.last_round} rounds; nothing to do "
+                "(raise --rounds to go on, or start over with --fresh)")
+    else:
+        head = f"stopped after round {event.last_round} ({event.reason})"
+    if not event.run_dir:
+        return head
+    lines = [head, f"  run folder {event.run_dir} (metrics.jsonl: one row per round)"]
+    if event.adapter:
+        lines += [f"  adapter    {event.adapter}",
+                  f"  evaluate:  swarm eval --adapter {event.run_dir}"]
+    return "\n".join(lines)

@@ -1,8 +1,11 @@
 """A training session: one backend, the trainer, the run folder and (optionally) the swarm.
 
 `open()` validates everything and loads the model before anything is written, then resumes from the
-run's last checkpoint; `run()` drives rounds on a worker thread and publishes events on the loop.
-Both views (TUI and headless) are subscribers; neither talks to the trainer directly.
+run's last checkpoint; `run()` drives rounds on a worker thread and publishes typed events (events.py)
+on the loop to every subscriber: the TUI, the headless view and the status endpoint of `swarm watch`
+are all subscribers, none talks to the trainer. Views steer the run with the request methods (pause,
+resume, set_sharing, evaluate_now, stop), which act between rounds; a stop also cuts generation short
+between two decode steps and checkpoints the last completed round.
 """
 
 from __future__ import annotations
@@ -12,18 +15,22 @@ import dataclasses
 import json
 import logging
 import random
+import threading
 import time
 from pathlib import Path
 from typing import Callable
 
 from backends import registry
-from backends.base import BackendError, Hardware, LoraConfig, ModelSpec, OptimConfig, Sampling
+from backends.base import BackendError, Cancelled, Hardware, LoraConfig, ModelSpec, OptimConfig, Sampling
 from swarm_app import tasks
 from swarm_app.errors import CheckpointError, ModelError, SwarmError, UsageError
-from swarm_app.events import CheckpointSaved, Event, RoundFinished, RunStarted, RunStopped, SwarmJoined
+from swarm_app.event_bus import EventBus, LogForwarder
+from swarm_app.events import (CheckpointSaved, Event, ModelLoading, RoundFinished, RoundMetrics, RoundStarted,
+                              RunStarted, RunStopped, SharingChanged, SwarmJoined, TrainingPaused, TrainingResumed)
 from swarm_app.files import check_writable_folder, write_text_atomic
 from swarm_app.models import resolve_model
 from swarm_app.paths import user_dirs
+from swarm_app.peer_tracker import PeerTracker
 from swarm_app.rollouts import RolloutExchange
 from swarm_app.settings import PeerSettings, Settings, describe
 from swarm_app.training.checkpoint import Checkpoints, CheckpointState
@@ -73,6 +80,26 @@ def write_failed(path: Path, exc: OSError) -> SwarmError:
                       "then run the same command again: it resumes from the last checkpoint", title="Disk")
 
 
+def _settle(loop: asyncio.AbstractEventLoop, future: asyncio.Future, exc: BaseException | None) -> None:
+    """Resolve `future` from another thread; a loop that already closed (the run ended) is left be."""
+    def settle() -> None:
+        if not future.done():
+            future.set_exception(exc) if exc is not None else future.set_result(None)
+    try:
+        loop.call_soon_threadsafe(settle)
+    except RuntimeError:
+        pass
+
+
+def detect_hardware(backend: str) -> Hardware:
+    """What this machine has; nothing is probed for the fake engine, which needs nothing."""
+    if backend == "fake":
+        return Hardware()
+    from swarm_app.hardware import detect
+
+    return detect()
+
+
 def run_dir_of(settings: Settings) -> Path:
     return Path(settings.run.run_dir).expanduser() if settings.run.run_dir else user_dirs().default_run
 
@@ -81,10 +108,15 @@ class Session:
     def __init__(self, settings: Settings, *, exchange: RolloutExchange | None = None,
                  on_event: Callable[[Event], None] | None = None, hardware: Hardware | None = None,
                  fresh: bool = False) -> None:
+        """`exchange`: a peer node made by the caller (the demo); it is shown in the views when it has
+        `stats()`. Otherwise the session starts its own node when [peer] enabled says so."""
         self.settings = settings
         self.exchange = exchange
-        self.on_event = on_event or (lambda event: None)
-        self.hardware = hardware or Hardware()
+        self.events = EventBus()
+        if on_event is not None:
+            self.events.subscribe(on_event)
+        self.hardware = hardware
+        """None: detected in open() (on the loading thread: a CUDA probe may import torch)."""
         self.fresh = fresh
         self.run_dir = run_dir_of(settings)
         self.metrics = MetricsLog(self.run_dir / "metrics.jsonl")
@@ -93,13 +125,57 @@ class Session:
         self.backend_name = ""
         self.backend_reason = ""
         self.peer_config = None
-        self.peer_node = None
+        self.peer_node = exchange if callable(getattr(exchange, "stats", None)) else None
         self.seed = 0
         self.last_row: dict = {}
         self.next_round = 1
         self.metrics_rows = 0
+        self.last_checkpoint = ""
+        self.paused = False
         self._stopping = False
+        self._stop_event: asyncio.Event | None = None
+        self._wake: asyncio.Event | None = None
+        self._eval_requested = False
         self._alone_warned = False
+
+    def subscribe(self, subscriber: Callable[[Event], None]) -> Callable[[], None]:
+        """Receive every event from now on (on the loop); returns the function that unsubscribes."""
+        return self.events.subscribe(subscriber)
+
+    # -- requests from the views (call them on the loop thread) -------------------------------
+    def stop(self) -> None:
+        """End the run: generation stops between two decode steps (the round is abandoned); an update
+        already under way completes. The last completed round is checkpointed."""
+        self._stopping = True
+        if self.trainer is not None:
+            self.trainer.stop_requested.set()
+        self._poke(stop=True)
+
+    def pause(self) -> None:
+        """No new round starts until resume(); the round under way finishes, the swarm goes on."""
+        self.paused = True
+
+    def resume(self) -> None:
+        if self.paused:
+            self.paused = False
+            self._poke()
+
+    def set_sharing(self, share: bool) -> None:
+        """Send own rollouts to peers (True) or only receive (False), from the next rollout on."""
+        if self.peer_node is not None:
+            self.peer_node.set_sharing(share)
+        self.events.publish(SharingChanged(share))
+
+    def evaluate_now(self) -> None:
+        """A held-out evaluation after the round under way (at once when paused)."""
+        self._eval_requested = True
+        self._poke()
+
+    def _poke(self, stop: bool = False) -> None:
+        if self._wake is not None:
+            self._wake.set()
+        if stop and self._stop_event is not None:
+            self._stop_event.set()
 
     # -- opening: validate, load, resume ------------------------------------------------------
     def open(self) -> None:
@@ -127,7 +203,7 @@ class Session:
         else:
             self.metrics.keep_rounds(0)  # rows of rounds that never reached a checkpoint
         self._write_run_file(model_dir)
-        self.trainer = Trainer(backend, self._plan(specs), self.exchange)
+        self.trainer = Trainer(backend, self._plan(specs), self.exchange, self.events.publish_threadsafe)
 
     def _usable_listen(self, config):
         """The config with a listen address that binds now: a busy default port becomes any free port
@@ -153,17 +229,20 @@ class Session:
         if self.fresh or not total or not self.checkpoints.latest_file.exists():
             return False
         try:
-            state, _ = self.checkpoints.load_latest()
+            state, folder = self.checkpoints.load_latest()
         except CheckpointError:
             return False  # the resume path finds the newest intact checkpoint and says what it did
         if state.round < total:
             return False
-        self.next_round = state.round + 1
+        self.next_round, self.last_checkpoint = state.round + 1, str(folder)
         return True
 
     def _load_backend(self, model_dir: Path):
+        if self.hardware is None:
+            self.hardware = detect_hardware(self.settings.model.backend)
         try:
             self.backend_name, self.backend_reason = registry.choose(self.settings.model.backend, self.hardware)
+            self.events.publish_threadsafe(ModelLoading(model_dir.name, self.backend_name, "loading the model"))
             backend = registry.create(self.backend_name)
             backend.load(model_spec(self.settings, model_dir))
         except BackendError as exc:
@@ -211,6 +290,7 @@ class Session:
         state, folder = self.checkpoints.restore(lambda folder: _load_adapter(backend, folder))
         self.metrics.keep_rounds(state.round)
         self.metrics_rows = len(self.metrics.rows())
+        self.last_checkpoint = str(folder)
         self.next_round = state.round + 1
         log.info("resuming %s after round %d", self.run_dir, state.round)
 
@@ -224,36 +304,86 @@ class Session:
         write_text_atomic(path, json.dumps(info, indent=2))
 
     # -- running ----------------------------------------------------------------------------
-    def stop(self) -> None:
-        """Ask the run to end: the round in progress is abandoned unless it is already updating."""
-        self._stopping = True
-        if self.trainer is not None:
-            self.trainer.stop_requested.set()
-
     async def run(self) -> int:
         """Run rounds until the total is reached or stop() is called. Returns the last completed round."""
-        if self.trainer is None:
-            await asyncio.to_thread(self.open)
-        if self.trainer is None:  # the run had already done all its rounds: nothing was loaded
-            self.on_event(RunStopped(self.next_round - 1, "already finished"))
-            return self.next_round - 1
+        self.events.attach(asyncio.get_running_loop())
+        self._stop_event, self._wake = asyncio.Event(), asyncio.Event()
+        if self._stopping:
+            self._stop_event.set()
+        forwarder = LogForwarder(self.events)
+        logging.getLogger().addHandler(forwarder)
+        try:
+            if self.trainer is None and not await self._open_unless_stopped():
+                last = self.next_round - 1
+                self.events.publish(RunStopped(last, "already finished" if not self._stopping else "interrupted",
+                                               str(self.run_dir), self.last_checkpoint))
+                return last
+            return await self._run_rounds()
+        finally:
+            logging.getLogger().removeHandler(forwarder)
+
+    async def _open_unless_stopped(self) -> bool:
+        """open() on a daemon thread, abandoned when a stop comes first (loading can take a minute and
+        cannot be interrupted; a daemon thread does not hold the process). False: nothing to train."""
+        self.events.publish(ModelLoading(self.settings.model.path or "the bundled model",
+                                         self.settings.model.backend, "checking the settings"))
+        opened = asyncio.get_running_loop().create_future()
+        threading.Thread(target=self._open_into, args=(opened,), name="swarm-open", daemon=True).start()
+        stopped = asyncio.ensure_future(self._stop_event.wait())
+        await asyncio.wait({opened, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+        if not opened.done():
+            opened.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved: no warning
+            self.next_round = self._checkpointed_round() + 1
+            return False
+        opened.result()  # raises what open() raised
+        return self.trainer is not None and not self._stopping
+
+    def _open_into(self, opened: asyncio.Future) -> None:
+        loop = opened.get_loop()
+        try:
+            self.open()
+        except BaseException as exc:  # handed to the loop, raised there
+            _settle(loop, opened, exc)
+        else:
+            _settle(loop, opened, None)
+
+    def _checkpointed_round(self) -> int:
+        """The round of the newest checkpoint, read without loading it (0 when there is none)."""
+        if not self.checkpoints.latest_file.exists():
+            return 0
+        try:
+            state, folder = self.checkpoints.load_latest()
+        except CheckpointError:
+            return 0
+        self.last_checkpoint = str(folder)
+        return state.round
+
+    async def _run_rounds(self) -> int:
         trainer, total = self.trainer, self.settings.train.rounds
-        self.on_event(RunStarted(str(self.run_dir), self.backend_name, self.backend_reason,
-                                 trainer.backend.model_id, self.settings.tasks.preset, self.next_round, total))
+        self.events.publish(RunStarted(str(self.run_dir), self.backend_name, self.backend_reason,
+                                       trainer.backend.model_id, self.settings.tasks.preset, self.next_round, total,
+                                       trainer.backend.device(), trainer.backend.memory()))
         last_saved = last_done = self.next_round - 1
         reason = "finished"
+        watcher = None
         try:
             await self._join_swarm()
+            watcher = asyncio.ensure_future(self._watch_peers())
             while not self._stopping and (total == 0 or self.next_round <= total):
+                await self._between_rounds(last_done)
+                if self._stopping:
+                    break
                 t = self.next_round
+                self.events.publish(RoundStarted(t))
                 try:
-                    row = await asyncio.to_thread(trainer.run_round, t)
+                    metrics = await asyncio.to_thread(trainer.run_round, t)
                 except RoundAbandoned:
                     break
-                row.update(self._swarm_figures())
-                await asyncio.to_thread(self._record, row)
+                metrics = dataclasses.replace(metrics, **self._swarm_figures())
+                await asyncio.to_thread(self._record, metrics.to_row())
                 last_done, self.next_round = t, t + 1
-                self.on_event(RoundFinished(row))
+                self.events.publish(RoundFinished(metrics))
                 if t % self.settings.train.checkpoint_every == 0:
                     last_saved = await self._save(t)
             if self._stopping:
@@ -262,12 +392,44 @@ class Session:
             reason = "error"
             raise
         finally:
+            if watcher is not None:
+                watcher.cancel()
             if last_done > last_saved:
                 await self._save_at_exit(last_done, reason)
-            if self.peer_node is not None:
-                await self.peer_node.stop()
-            self.on_event(RunStopped(last_done, reason))
+            if self.peer_node is not None and self.peer_config is not None:
+                await self.peer_node.stop()  # a node the session started; the demo stops its own
+            self.events.publish(RunStopped(last_done, reason, str(self.run_dir), self.last_checkpoint))
         return last_done
+
+    async def _between_rounds(self, last_done: int) -> None:
+        """Serve an evaluation request, and wait while paused (the swarm keeps going meanwhile)."""
+        announced = False
+        while not self._stopping:
+            if self._eval_requested:
+                self._eval_requested = False
+                try:
+                    await asyncio.to_thread(self.trainer.evaluate, last_done)
+                except Cancelled:
+                    return
+            if not self.paused:
+                if announced:
+                    self.events.publish(TrainingResumed())
+                return
+            if not announced:
+                announced = True
+                self.events.publish(TrainingPaused(last_done))
+            self._wake.clear()
+            await self._wake.wait()
+
+    async def _watch_peers(self, interval_s: float = 1.0) -> None:
+        """Peer events for the views, from the node's snapshot once a second."""
+        if self.peer_node is None:
+            return
+        tracker = PeerTracker()
+        while True:
+            for event in tracker.update(self.peer_node.stats()):
+                self.events.publish(event)
+            await asyncio.sleep(interval_s)
 
     def _record(self, row: dict) -> None:
         try:
@@ -289,7 +451,7 @@ class Session:
         from swarm_app.training.prometheus import RoundCollector
 
         node.metrics.registry.register(RoundCollector(lambda: self.last_row))
-        self.on_event(SwarmJoined(node.node_id, node.address or ""))
+        self.events.publish(SwarmJoined(node.node_id, node.address or ""))
 
     def _swarm_figures(self) -> dict:
         if self.peer_node is None:
@@ -326,7 +488,8 @@ class Session:
             folder = await asyncio.to_thread(self.checkpoints.save, state, self.trainer.backend.save_adapter)
         except OSError as exc:
             raise write_failed(self.checkpoints.folder, exc) from None
-        self.on_event(CheckpointSaved(t, str(folder)))
+        self.last_checkpoint = str(folder)
+        self.events.publish(CheckpointSaved(t, str(folder)))
         return t
 
     def close(self) -> None:

@@ -23,6 +23,15 @@ def events_of(output):
     return [json.loads(line) for line in output.splitlines() if line.startswith("{")]
 
 
+def next_event(proc, name):
+    """The next JSON event called `name` on the process's stdout (earlier lines are skipped)."""
+    for line in proc.stdout:
+        event = json.loads(line)
+        if event["event"] == name:
+            return event
+    raise AssertionError(f"the process ended before {name}")
+
+
 def metric_rounds(run_dir):
     return [json.loads(line)["round"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
@@ -38,7 +47,7 @@ def test_kill_mid_round_then_resume_with_the_torch_backend(tiny_model_dir, tmp_p
     assert metric_rounds(run_dir) == [1, 2, 3]
 
     second = start(common + ["--rounds", "6"])
-    started = json.loads(second.stdout.readline())  # printed after the model loaded, as round 4 begins
+    started = next_event(second, "RunStarted")  # printed after the model loaded, as round 4 begins
     second.kill()  # SIGKILL: no handler runs
     second.communicate(timeout=60)
     assert started["event"] == "RunStarted" and started["start_round"] == 4
@@ -47,7 +56,7 @@ def test_kill_mid_round_then_resume_with_the_torch_backend(tiny_model_dir, tmp_p
     out, err = third.communicate(timeout=600)
     assert third.returncode == 0, err
     events = events_of(out)
-    assert events[0]["start_round"] == 4
+    assert [e for e in events if e["event"] == "RunStarted"][0]["start_round"] == 4
     assert [e["metrics"]["round"] for e in events if e["event"] == "RoundFinished"] == [4, 5, 6]
     assert metric_rounds(run_dir) == [1, 2, 3, 4, 5, 6]
 
@@ -65,15 +74,15 @@ def test_sigkill_at_random_moments_never_breaks_the_checkpoint(stub_model, tmp_p
     """Ten kills at random moments of a fast fake-backend run: every time, the run resumes cleanly."""
     model = stub_model
     run_dir = tmp_path / "run"
-    args = ["--model", str(model), "--backend", "fake", "--run-dir", str(run_dir), "--rounds", "400",
+    args = ["--model", str(model), "--backend", "fake", "--run-dir", str(run_dir), "--rounds", "100000",
             "--local", "2", "--completions", "2"]
     rng = random.Random(0)
     resumed_from = []
     for _ in range(10):
         proc = start(args)
-        started = json.loads(proc.stdout.readline())
+        started = next_event(proc, "RunStarted")
         resumed_from.append(started["start_round"])
-        proc.stdout.readline()  # the first round finished: tasks are imported, rounds now take milliseconds
+        next_event(proc, "RoundFinished")  # tasks are imported now: rounds take milliseconds
         time.sleep(rng.uniform(0.0, 0.3))
         proc.kill()
         proc.communicate(timeout=60)
@@ -81,8 +90,7 @@ def test_sigkill_at_random_moments_never_breaks_the_checkpoint(stub_model, tmp_p
         assert metric_rounds(run_dir)[:state.metrics_rows] == list(range(1, state.round + 1))
     assert resumed_from == sorted(resumed_from) and resumed_from[-1] > 10  # progress across kills
     proc = start(args[:-6] + ["--rounds", "0"])
-    proc.stdout.readline()
-    proc.stdout.readline()
+    next_event(proc, "RoundFinished")
     proc.send_signal(signal.SIGINT)  # Ctrl-C: saves and exits 0
     proc.communicate(timeout=60)
     assert proc.returncode == 0

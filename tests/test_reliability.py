@@ -76,7 +76,7 @@ def test_a_read_only_run_folder_is_refused_before_anything_runs(stub_model, tmp_
         code, out, err = swarm(capsys, *run_args(stub_model, run_dir, 2))
     assert code == 2
     assert "cannot write in" in err and str(run_dir) in err and "Traceback" not in err
-    assert out == "" and list(run_dir.iterdir()) == []
+    assert "loading the model" not in out and list(run_dir.iterdir()) == []
 
 
 @pytest.mark.parametrize("fresh", [False, True])
@@ -103,8 +103,9 @@ def test_a_finished_run_says_so_without_loading_the_model(stub_model, tmp_path, 
     assert swarm(capsys, *run_args(stub_model, run_dir, 1))[0] == 0
     code, out, _ = swarm(capsys, *run_args(stub_model, run_dir, 1, "--log-format", "json"))
     events = [json.loads(line) for line in out.splitlines()]
-    assert code == 0 and [e["event"] for e in events] == ["RunStopped"]
-    assert events[0]["last_round"] == 1 and events[0]["reason"] == "already finished"
+    assert code == 0 and [(e["event"], e.get("step")) for e in events] == [
+        ("ModelLoading", "checking the settings"), ("RunStopped", None)]  # no "loading the model" step
+    assert events[-1]["last_round"] == 1 and events[-1]["reason"] == "already finished"
     code, out, _ = swarm(capsys, *run_args(stub_model, run_dir, 1))
     assert "already finished its 1 rounds" in out and "starting at round 2" not in out
 
@@ -165,7 +166,7 @@ def test_a_busy_listen_port_fails_at_once_and_writes_nothing(stub_model, tmp_pat
         code, out, err = swarm(capsys, *run_args(stub_model, tmp_path / "run", 2), "--no-mdns",
                                "--listen", f"127.0.0.1:{port}")
     assert code == 2 and f"cannot listen on 127.0.0.1:{port}" in err and "--listen" in err
-    assert out == "" and not (tmp_path / "run").exists()
+    assert "loading the model" not in out and not (tmp_path / "run").exists()
 
 
 def test_a_busy_default_port_moves_to_a_free_one_and_says_so_plainly(stub_model, tmp_path, caplog, monkeypatch):

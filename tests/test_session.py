@@ -17,6 +17,7 @@ from swarm_app.training.loop import rescore
 
 def make_settings(stub_model, run_dir, rounds, **train):
     settings = Settings()
+    settings.peer.enabled = False  # the default joins the LAN (0.0.0.0:47470, mDNS); networked tests opt in
     settings.model.path, settings.model.backend = str(stub_model), "fake"
     settings.run.run_dir = str(run_dir)
     settings.train.rounds = rounds
@@ -40,7 +41,7 @@ def rows(run_dir):
 def test_rounds_write_metrics_and_resume_up_to_the_total(stub_model, tmp_path):
     run_dir = tmp_path / "run"
     last, events, _ = run(make_settings(stub_model, run_dir, 3))
-    assert last == 3 and [e.metrics["round"] for e in events if isinstance(e, RoundFinished)] == [1, 2, 3]
+    assert last == 3 and [e.metrics.round for e in events if isinstance(e, RoundFinished)] == [1, 2, 3]
     last, events, _ = run(make_settings(stub_model, run_dir, 5))
     assert last == 5 and [r["round"] for r in rows(run_dir)] == [1, 2, 3, 4, 5]
     row = rows(run_dir)[-1]
@@ -74,14 +75,14 @@ def test_rows_after_the_last_checkpoint_are_dropped_on_resume(stub_model, tmp_pa
 def test_stop_abandons_the_round_and_saves(stub_model, tmp_path):
     settings = make_settings(stub_model, tmp_path / "run", 0)
     events = []
-    session = Session(settings, on_event=events.append)
+    session = Session(settings)
 
     def stop_after_two(event):
         events.append(event)
-        if isinstance(event, RoundFinished) and event.metrics["round"] == 2:
+        if isinstance(event, RoundFinished) and event.metrics.round == 2:
             session.stop()
 
-    session.on_event = stop_after_two
+    session.subscribe(stop_after_two)
     assert asyncio.run(session.run()) == 2
     assert isinstance(events[-1], RunStopped) and events[-1].reason == "interrupted"
     state, _ = Checkpoints(tmp_path / "run").load_latest()
@@ -147,8 +148,8 @@ def test_external_groups_are_rescored_and_filtered(stub_model, tmp_path):
     settings = make_settings(stub_model, tmp_path / "run", 1, external=2)
     _, events, _ = run(settings, exchange=inbox)
     row = [e for e in events if isinstance(e, RoundFinished)][0].metrics
-    assert row["n_external"] == 2
-    assert row["reward_external"] == pytest.approx(0.25)  # one right answer in four, re-scored here
+    assert row.n_external == 2
+    assert row.reward_external == pytest.approx(0.25)  # one right answer in four, re-scored here
     assert len(inbox.published) == 8 and all(r.round == 1 for r in inbox.published)
 
 

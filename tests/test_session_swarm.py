@@ -38,7 +38,7 @@ def test_two_sessions_exchange_rollouts(stub_model, tmp_path, monkeypatch):
         second_run = asyncio.create_task(second.run())
         for _ in range(600):
             rows = [e.metrics for e in second_events if isinstance(e, RoundFinished)]
-            if rows and rows[-1]["rollouts_accepted"] >= 4:
+            if rows and rows[-1].rollouts_accepted >= 4:
                 break
             await asyncio.sleep(0.1)
         first.stop()
@@ -48,7 +48,7 @@ def test_two_sessions_exchange_rollouts(stub_model, tmp_path, monkeypatch):
 
     first_events, second_events = asyncio.run(scenario())
     last = [e.metrics for e in second_events if isinstance(e, RoundFinished)][-1]
-    assert last["rollouts_accepted"] >= 4 and last["rollouts_published"] >= 2
+    assert last.rollouts_accepted >= 4 and last.rollouts_published >= 2
     row = json.loads((tmp_path / "b" / "metrics.jsonl").read_text().splitlines()[-1])
     assert "peers" in row and "rollouts_accepted" in row
 

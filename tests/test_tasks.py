@@ -13,7 +13,7 @@ REGENERATE = """
 import json, sys
 from swarm_app import tasks
 refs = [tasks.TaskRef.from_dict(d) for d in json.loads(sys.stdin.read())]
-print(json.dumps([[t.question, t.answer] for t in map(tasks.regenerate, refs)]))
+print(json.dumps([[t.question, t.answer] for t in (tasks.regenerate(r, heldout=True) for r in refs)]))
 """
 
 
@@ -27,7 +27,7 @@ def some_refs():
 
 def test_regeneration_is_byte_identical_in_other_processes():
     refs = some_refs()
-    here = [[t.question, t.answer] for t in map(tasks.regenerate, refs)]
+    here = [[t.question, t.answer] for t in (tasks.regenerate(r, heldout=True) for r in refs)]
     payload = json.dumps([r.to_dict() for r in refs])
     for hash_seed in ("1", "2"):
         out = subprocess.run([sys.executable, "-c", REGENERATE], input=payload, capture_output=True, text=True,
@@ -64,7 +64,7 @@ def test_regenerating_decimal_items_leaves_the_decimal_precision_alone():
 
     before = decimal.getcontext().prec
     for ref in some_refs():
-        tasks.regenerate(ref)
+        tasks.regenerate(ref, heldout=True)
     assert decimal.getcontext().prec == before  # decimal_arithmetic sets it to its config's 5 digits
 
 

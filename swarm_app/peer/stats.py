@@ -32,6 +32,12 @@ class PeerSnapshot:
     authored: int
     used: int
     mean_advantage: float | None
+    last_seen: float = 0.0
+    """Clock time (the node's clock, Unix seconds) this node last heard from the peer; 0: never."""
+    reachable: bool = False
+    """This node has dialed the peer's address successfully (others can reach it too)."""
+    latency_ms: float | None = None
+    """Round-trip time of the last websocket ping, when measured."""
 
 
 @dataclass(frozen=True)
@@ -60,13 +66,19 @@ class NodeStats:
         return self.inbound + self.outbound
 
 
+def _dialed_ok(core, address: str | None) -> bool:
+    entry = core.addresses.get(address) if address else None
+    return bool(entry is not None and entry.last_ok > 0)
+
+
 def snapshot(node: "PeerNode") -> NodeStats:
     core, now = node.core, node.clock()
     connected = {c.peer: c.direction for c in core.conns.values()}
     rows = tuple(
         PeerSnapshot(r.node_id, r.address, r.node_id in connected, connected.get(r.node_id),
                      -round(r.offense.value(now), 3), r.is_banned(now), r.received, r.accepted,
-                     dict(r.rejected), r.authored, r.used, r.mean_advantage)
+                     dict(r.rejected), r.authored, r.used, r.mean_advantage, r.last_seen,
+                     _dialed_ok(core, r.address))
         for r in core.peers.records() if r.node_id != core.node_id)
     directions = list(connected.values())
     return NodeStats(core.node_id, node.address, core.config.share, directions.count("in"), directions.count("out"),

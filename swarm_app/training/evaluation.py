@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from backends.base import Backend, Sampling
+from backends.base import Backend, Progress, Sampling
 from swarm_app import tasks
 
 EVAL_BATCH = 64
@@ -26,13 +26,14 @@ class EvalResult:
         return {"accuracy": self.accuracy, "n": self.n, "per_task": self.per_task}
 
 
-def evaluate(backend: Backend, refs: list[tasks.TaskRef], max_new_tokens: int) -> EvalResult:
+def evaluate(backend: Backend, refs: list[tasks.TaskRef], max_new_tokens: int,
+             progress: Progress | None = None) -> EvalResult:
     items = [tasks.regenerate(ref, heldout=True) for ref in refs]
     greedy = Sampling(max_new_tokens=max_new_tokens, temperature=0.0, seed=0)
     correct: dict[str, list[bool]] = defaultdict(list)
     for start in range(0, len(items), EVAL_BATCH):
         chunk = items[start:start + EVAL_BATCH]
-        outputs = backend.generate([task.messages() for task in chunk], 1, greedy)
+        outputs = backend.generate([task.messages() for task in chunk], 1, greedy, progress)
         for task, (completion,) in zip(chunk, outputs):
             correct[task.ref.dataset].append(tasks.score(task, completion.text) >= 1.0)
     hits = [ok for oks in correct.values() for ok in oks]

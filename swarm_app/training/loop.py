@@ -1,23 +1,26 @@
 """One SAPO round (DESIGN.md §2): draw, generate, score, publish, take peers' groups, update, record.
 
-`Trainer.run_round(t)` runs in the worker thread and returns the metrics row; it never touches the
-asyncio loop or the views. Everything random in round t derives from (seed, t), so a resumed round
+`Trainer.run_round(t)` runs in the worker thread and returns the round's metrics; it never touches
+the asyncio loop or the views (progress goes to its `report` callback, which the session forwards).
+A stop is checked between decode steps, so it never waits for a whole generation. Everything random in round t derives from (seed, t), so a resumed round
 redraws the same questions and samples. Peer rollouts arrive through a `RolloutExchange` and are
 re-derived and re-scored here: nothing a peer sends is trusted, and nothing it sends can raise.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Callable
 
-from backends.base import Backend, Sampling, TrainSample
+from backends.base import Backend, Cancelled, Sampling, TrainSample
 from swarm_app import tasks
+from swarm_app.events import EvaluationFinished, EvaluationStarted, Event, PhaseProgress, RoundMetrics
 from swarm_app.rollouts import Rollout, RolloutExchange
-from swarm_app.training.evaluation import evaluate
+from swarm_app.training.evaluation import EvalResult, evaluate
 from swarm_app.training.grpo import group_advantages, has_signal
 
 log = logging.getLogger(__name__)
@@ -59,40 +62,72 @@ class ScoredGroup:
 
 
 class Trainer:
-    def __init__(self, backend: Backend, plan: RoundPlan, exchange: RolloutExchange | None = None) -> None:
+    def __init__(self, backend: Backend, plan: RoundPlan, exchange: RolloutExchange | None = None,
+                 report: Callable[[Event], None] | None = None) -> None:
         self.backend = backend
         self.plan = plan
         self.exchange = exchange
+        self.report = report or (lambda event: None)
+        """Receives progress and evaluation events, on the training thread."""
         self.stop_requested = threading.Event()
 
-    def run_round(self, t: int) -> dict[str, Any]:
+    def run_round(self, t: int) -> RoundMetrics:
+        """One round. Raises RoundAbandoned when a stop comes before the update (the round leaves no
+        trace); once the update has begun the round completes (only its evaluation is skipped)."""
         started = time.perf_counter()
-        own = self._generate_own(t)
+        try:
+            own = self._generate_own(t)
+        except Cancelled:
+            raise RoundAbandoned(t) from None
         gen_s = time.perf_counter() - started
+        self.report(PhaseProgress(t, "sharing", 0, len(own)))
         for group in own:
             self._publish(group.rollout)
         external = self._take_external(t)
         if self.stop_requested.is_set():
             raise RoundAbandoned(t)
         train_started = time.perf_counter()
-        stats = self._update(own, external)
+        stats = self._update(own, external, lambda done, total: self.report(PhaseProgress(t, "training", done, total)))
         for group in external:
             self.exchange.record_used(group.rollout, mean([abs(a) for a in group.advantages]))
-        row = self._row(t, own, external, stats, gen_s, time.perf_counter() - train_started)
-        if self.plan.eval_every and t % self.plan.eval_every == 0:
-            row["heldout_acc"] = self.evaluate().accuracy
-        row["round_s"] = round(time.perf_counter() - started, 3)
-        return row
+        metrics = self._metrics(t, own, external, stats, gen_s, time.perf_counter() - train_started)
+        if self.plan.eval_every and t % self.plan.eval_every == 0 and not self.stop_requested.is_set():
+            metrics = self._with_evaluation(metrics)
+        return dataclasses.replace(metrics, round_s=round(time.perf_counter() - started, 3))
 
-    def evaluate(self):
-        return evaluate(self.backend, self.plan.eval_refs, self.plan.sampling.max_new_tokens)
+    def evaluate(self, round_index: int = 0) -> EvalResult:
+        """Held-out accuracy now, reported as EvaluationStarted/Finished. Raises Cancelled on stop."""
+        self.report(EvaluationStarted(round_index, len(self.plan.eval_refs)))
+        started = time.perf_counter()
+        result = evaluate(self.backend, self.plan.eval_refs, self.plan.sampling.max_new_tokens, self._cancel_check)
+        self.report(EvaluationFinished(round_index, result.accuracy, result.per_task,
+                                       round(time.perf_counter() - started, 3)))
+        return result
+
+    def _with_evaluation(self, metrics: RoundMetrics) -> RoundMetrics:
+        started = time.perf_counter()
+        try:
+            result = self.evaluate(metrics.round)
+        except Cancelled:
+            return metrics  # the update is done and kept; only its evaluation was cut short
+        return dataclasses.replace(metrics, heldout_acc=result.accuracy, eval_s=round(time.perf_counter() - started, 3))
+
+    def _cancel_check(self, done: int, total: int) -> None:
+        if self.stop_requested.is_set():
+            raise Cancelled()
 
     def _generate_own(self, t: int) -> list[ScoredGroup]:
         plan = self.plan
         items = [tasks.regenerate(ref) for ref in tasks.draw(plan.specs, plan.seed, t, plan.local)]
         sampling = Sampling(plan.sampling.max_new_tokens, plan.sampling.temperature, plan.sampling.top_p,
                             seed=(plan.seed * 1_000_003 + t) % 2**31)
-        outputs = self.backend.generate([task.messages() for task in items], plan.completions, sampling)
+
+        def progress(done: int, total: int) -> None:
+            self._cancel_check(done, total)
+            self.report(PhaseProgress(t, "generating", done, total))
+
+        outputs = self.backend.generate([task.messages() for task in items], plan.completions, sampling, progress)
+        self.report(PhaseProgress(t, "scoring", 0, len(items)))
         now_ms = int(time.time() * 1000)
         groups = []
         for task, completions in zip(items, outputs):
@@ -119,34 +154,34 @@ class Trainer:
                 break
         return kept
 
-    def _update(self, own: list[ScoredGroup], external: list[ScoredGroup]):
+    def _update(self, own: list[ScoredGroup], external: list[ScoredGroup], progress):
         groups = [g for g in own if self.plan.keep_zero_advantage_local or has_signal(g.rewards)] + external
         batch = [TrainSample(g.task.messages(), text, adv)
                  for g in groups for text, adv in zip(g.rollout.completions, g.advantages) if adv != 0.0]
         if not batch:
             return None  # no group with a reward spread: nothing to learn this round
-        return self.backend.train_step(batch)
+        return self.backend.train_step(batch, progress)
 
-    def _row(self, t, own, external, stats, gen_s, train_s) -> dict[str, Any]:
+    def _metrics(self, t, own, external, stats, gen_s, train_s) -> RoundMetrics:
         local_rewards = [r for g in own for r in g.rewards]
         external_rewards = [r for g in external for r in g.rewards]
-        return {
-            "round": t,
-            "reward_local": mean(local_rewards),
-            "reward_external": mean(external_rewards) if external_rewards else None,
-            "reward_local_sum": sum(local_rewards),
-            "reward_external_sum": sum(external_rewards),
-            "n_local": len(own),
-            "n_external": len(external),
-            "groups_with_signal": sum(has_signal(g.rewards) for g in own + external),
-            "tokens": sum(g.tokens for g in own),
-            "train_tokens": stats.tokens if stats else 0,
-            "loss": stats.loss if stats else None,
-            "clipped_fraction": stats.clipped_fraction if stats else None,
-            "gen_s": round(gen_s, 3),
-            "train_s": round(train_s, 3),
-            "time": time.time(),
-        }
+        return RoundMetrics(
+            round=t,
+            reward_local=mean(local_rewards),
+            reward_external=mean(external_rewards) if external_rewards else None,
+            reward_local_sum=sum(local_rewards),
+            reward_external_sum=sum(external_rewards),
+            n_local=len(own),
+            n_external=len(external),
+            groups_with_signal=sum(has_signal(g.rewards) for g in own + external),
+            tokens=sum(g.tokens for g in own),
+            train_tokens=stats.tokens if stats else 0,
+            loss=stats.loss if stats else None,
+            clipped_fraction=stats.clipped_fraction if stats else None,
+            gen_s=round(gen_s, 3),
+            train_s=round(train_s, 3),
+            time=time.time(),
+        )
 
 
 def rescore(rollout: Rollout) -> ScoredGroup | None:
