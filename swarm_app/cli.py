@@ -11,7 +11,6 @@ import asyncio
 import json
 import logging
 import os
-import signal
 import sys
 from pathlib import Path
 
@@ -143,43 +142,91 @@ class HumanFormatter(logging.Formatter):
 def _log_to_stderr(verbose: bool) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(HumanFormatter(verbose))
+    handler.setLevel(logging.INFO if verbose else logging.WARNING)
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, handlers=[handler])
 
 
 def run_command(args: argparse.Namespace) -> int:
     settings = load_settings_for(args)
-    from swarm_app.headless import HeadlessView
     from swarm_app.session import Session
 
-    if settings.run.ui:
-        log.warning("the terminal UI is not built yet: showing the headless view")
-    view = HeadlessView(settings.run.log_format)
-    session = Session(settings, on_event=view, hardware=_hardware(settings), fresh=args.fresh)
-    session.open()
+    _log_to_file()
+    session = Session(settings, fresh=args.fresh)  # it detects the hardware while loading
     try:
-        asyncio.run(_run_until_interrupted(session))
+        if settings.run.ui:
+            return _run_in_tui(session)
+        from swarm_app.headless import HeadlessView
+
+        session.subscribe(HeadlessView(settings.run.log_format))
+        asyncio.run(_run_until_stopped(session))
     finally:
         session.close()
     return 0
 
 
-async def _run_until_interrupted(session) -> None:
-    loop = asyncio.get_running_loop()
-    previous = signal.signal(signal.SIGINT, lambda *_: loop.call_soon_threadsafe(session.stop))
+async def _run_until_stopped(session) -> None:
+    from swarm_app.stopping import on_stop_signals
+
+    undo = on_stop_signals(asyncio.get_running_loop(), session.stop)
     try:
         await session.run()
     finally:
-        signal.signal(signal.SIGINT, previous)
+        undo()
 
 
-def _hardware(settings):
-    from backends.base import Hardware
+def _run_in_tui(session) -> int:
+    from swarm_app.events import RunStopped
+    from swarm_app.headless import format_stop
+    from swarm_app.tui.app import SwarmApp
 
-    if settings.model.backend == "fake":
-        return Hardware()  # no need to import torch to probe CUDA
-    from swarm_app.hardware import detect
+    stops: list[RunStopped] = []
 
-    return detect()
+    async def source(deliver) -> None:
+        session.subscribe(deliver)
+        session.subscribe(lambda e: stops.append(e) if isinstance(e, RunStopped) else None)
+        await _run_until_stopped(session)
+
+    app = SwarmApp(source, session, subtitle=str(session.run_dir))
+    root = logging.getLogger()
+    on_terminal = [h for h in root.handlers if isinstance(h, logging.StreamHandler)
+                   and not isinstance(h, logging.FileHandler)]
+    for handler in on_terminal:  # the TUI owns the terminal: records reach its Logs tab and the log file
+        root.removeHandler(handler)
+    try:
+        code = app.run()
+    finally:
+        for handler in on_terminal:
+            root.addHandler(handler)
+    if app.error is not None:
+        raise app.error
+    if stops:
+        print(format_stop(stops[-1]))  # the terminal is back: say where the files are
+    return code if code is not None else 0
+
+
+LOG_FILE_HANDLER = "swarm-log-file"
+
+
+def _log_to_file() -> None:
+    """This run's log records (INFO and up) also go to a file in the user log dir, for bug reports."""
+    from swarm_app.paths import user_dirs
+
+    folder = user_dirs().log
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        handler = logging.FileHandler(folder / "swarm.log", encoding="utf-8")
+    except OSError as exc:
+        log.warning("not writing a log file in %s (%s)", folder, exc.strerror)
+        return
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setLevel(logging.INFO)
+    handler.set_name(LOG_FILE_HANDLER)
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if h.get_name() == LOG_FILE_HANDLER]:  # one per process
+        root.removeHandler(old)
+        old.close()
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)  # the stderr handler keeps its own WARNING threshold
 
 
 def eval_command(args: argparse.Namespace) -> int:
@@ -187,8 +234,9 @@ def eval_command(args: argparse.Namespace) -> int:
     if args.n < 1:
         raise UsageError(f"--n {args.n} must be at least 1")
     from swarm_app.evaluate_command import run_eval
+    from swarm_app.session import detect_hardware
 
-    report = run_eval(settings, Path(args.adapter) if args.adapter else None, args.n, _hardware(settings))
+    report = run_eval(settings, Path(args.adapter) if args.adapter else None, args.n, detect_hardware(settings.model.backend))
     result = report.result
     if args.json:
         print(json.dumps(report.to_dict()))

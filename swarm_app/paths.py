@@ -18,11 +18,12 @@ DEFAULT_MODEL_NAME = "swarm-tiny"
 
 @dataclass(frozen=True)
 class UserDirs:
-    """The three per-user folders. Created on first write, never at import."""
+    """The per-user folders (config, data, cache, log). Created on first write, never at import."""
 
     config: Path
     data: Path
     cache: Path
+    log: Path
 
     @property
     def config_file(self) -> Path:
@@ -42,13 +43,14 @@ def user_dirs() -> UserDirs:
     home = os.environ.get("SWARM_HOME")
     if home:
         root = Path(home)
-        return UserDirs(root / "config", root / "data", root / "cache")
+        return UserDirs(root / "config", root / "data", root / "cache", root / "log")
     import platformdirs  # deferred: only commands that touch user files need it
 
     return UserDirs(
         Path(platformdirs.user_config_dir(APP_NAME, appauthor=False)),
         Path(platformdirs.user_data_dir(APP_NAME, appauthor=False)),
         Path(platformdirs.user_cache_dir(APP_NAME, appauthor=False)),
+        Path(platformdirs.user_log_dir(APP_NAME, appauthor=False)),
     )
 
 

@@ -1,0 +1,161 @@
+"""`SwarmApp`: the terminal UI of one node (or, read-only, of a node watched with `swarm watch`).
+
+It knows the node only through two things: a `source` coroutine that delivers events to a callback
+until the node stops (a local session's run, or the watch client's stream), and optional `controls`
+(the session's request methods; None when read-only). Events arrive as `SessionEvent` messages, are
+folded into one `ViewState`, and the widgets that show that kind of fact redraw from it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Awaitable, Callable, Protocol
+
+from textual import on, work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.widgets import Footer, Header, TabbedContent, TabPane
+
+from swarm_app.errors import SwarmError
+from swarm_app.events import (EvaluationFinished, Event, LogRecorded, PeersUpdated, RoundFinished, RunStopped)
+from swarm_app.tui.dashboard import Dashboard, RewardChart
+from swarm_app.tui.logs import LogsView
+from swarm_app.tui.messages import SessionEvent
+from swarm_app.tui.peers import PeersView
+from swarm_app.tui.state import ViewState
+
+Source = Callable[[Callable[[Event], None]], Awaitable[object]]
+"""`source(deliver)` runs until the node stops, calling `deliver(event)` on the app's loop."""
+
+HELP = ("p  pause / resume training (the node keeps sharing)\n"
+        "s  sharing on / off\n"
+        "e  held-out evaluation now\n"
+        "t  chart: rewards / held-out accuracy per task\n"
+        "l  logs: lowest level shown\n"
+        "1 2 3  dashboard, peers, logs\n"
+        "q  quit (checkpoint first)")
+
+
+class Controls(Protocol):
+    paused: bool
+
+    def pause(self) -> None: ...
+    def resume(self) -> None: ...
+    def set_sharing(self, share: bool) -> None: ...
+    def evaluate_now(self) -> None: ...
+    def stop(self) -> None: ...
+
+
+class SwarmApp(App[int]):
+    CSS_PATH = "swarm.tcss"
+    TITLE = "swarm-app"
+    BINDINGS = [
+        Binding("p", "toggle_pause", "Pause"),
+        Binding("s", "toggle_sharing", "Sharing"),
+        Binding("e", "evaluate", "Evaluate"),
+        Binding("t", "toggle_chart", "Per task"),
+        Binding("l", "cycle_logs", "Log level", show=False),
+        Binding("1", "show_tab('dashboard')", "Dashboard", show=False),
+        Binding("2", "show_tab('peers')", "Peers", show=False),
+        Binding("3", "show_tab('logs')", "Logs", show=False),
+        Binding("question_mark", "help", "Help"),
+        Binding("q", "quit_run", "Quit"),
+    ]
+
+    def __init__(self, source: Source, controls: Controls | None = None, *, subtitle: str = "",
+                 clock: Callable[[], float] = time.time) -> None:
+        super().__init__()
+        self.source, self.controls, self.clock = source, controls, clock
+        self.state = ViewState()
+        self.sub_title = subtitle
+        self.error: SwarmError | None = None
+        """What ended the run, when the node stopped on an error the user can fix."""
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with TabbedContent(initial="dashboard"):
+            with TabPane("Dashboard", id="dashboard"):
+                yield Dashboard()
+            with TabPane("Peers", id="peers"):
+                yield PeersView()
+            with TabPane("Logs", id="logs"):
+                yield LogsView()
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.redraw()
+        self.query_one(LogsView).redraw(self.state)
+        self.run_source()
+
+    @work(exclusive=True, group="source")
+    async def run_source(self) -> None:
+        try:
+            await self.source(lambda event: self.post_message(SessionEvent(event)))
+        except SwarmError as exc:
+            self.error = exc
+            self.exit(exc.exit_code)
+            return
+        self.exit(0)
+
+    # --- events in
+    @on(SessionEvent)
+    def on_session_event(self, message: SessionEvent) -> None:
+        event = message.event
+        self.state.apply(event)
+        if isinstance(event, LogRecorded):
+            self.query_one(LogsView).add(self.state.logs[-1])
+        if isinstance(event, (RoundFinished, EvaluationFinished)):
+            self.query_one(RewardChart).show(self.state)
+        if isinstance(event, (PeersUpdated, RoundFinished)):
+            self.refresh_peers()
+        if isinstance(event, RunStopped) and self.controls is None:
+            self.notify(self.state.stop_line, title="The node stopped")
+        self.redraw()
+
+    def redraw(self) -> None:
+        self.query_one(Dashboard).show(self.state)
+        self.sub_title = f"{self.state.status} · round {self.state.round}" + (" · read-only" if not self.controls else "")
+
+    def refresh_peers(self) -> None:
+        self.query_one(PeersView).show(self.state, self.clock())
+
+    # --- keys out
+    def _control(self) -> Controls | None:
+        if self.controls is None:
+            self.notify("read-only: this view watches a node; steer it where it runs", severity="warning")
+        return self.controls
+
+    def action_toggle_pause(self) -> None:
+        if (c := self._control()) is not None:
+            c.resume() if c.paused else c.pause()
+            self.notify("training resumes" if not c.paused else "training pauses after this round; sharing goes on")
+
+    def action_toggle_sharing(self) -> None:
+        if (c := self._control()) is not None:
+            c.set_sharing(not self.state.sharing)
+
+    def action_evaluate(self) -> None:
+        if (c := self._control()) is not None:
+            c.evaluate_now()
+            self.notify("held-out evaluation after the round under way")
+
+    def action_toggle_chart(self) -> None:
+        chart = self.query_one(RewardChart)
+        chart.per_task = not chart.per_task
+        chart.show(self.state)
+
+    def action_cycle_logs(self) -> None:
+        self.query_one(LogsView).cycle_level(self.state)
+
+    def action_show_tab(self, tab: str) -> None:
+        self.query_one(TabbedContent).active = tab
+
+    def action_help(self) -> None:
+        self.notify(HELP, title="Keys", timeout=10)
+
+    def action_quit_run(self) -> None:
+        if self.controls is None or self.state.status == "stopped":
+            self.exit(0)
+            return
+        self.notify("stopping: checkpointing the last completed round")
+        self.controls.stop()  # run_source exits the app once the session has checkpointed and stopped

@@ -1,0 +1,103 @@
+"""The dashboard: engine badge, round progress with ETA, reward chart, throughput, last warning.
+
+Each widget draws itself from a `ViewState` in `show(state)`; none keeps state of its own.
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import ProgressBar, Static
+from textual_plotext import PlotextPlot
+
+from swarm_app.tui.state import ViewState, moving_average
+
+
+def _mb(n: int) -> str:
+    return f"{n / 2**20:.0f} MB" if n else "-"
+
+
+def _seconds(s: float | None) -> str:
+    if s is None:
+        return "-"
+    if s < 120:
+        return f"{s:.0f} s"
+    return f"{s / 60:.0f} min" if s < 7200 else f"{s / 3600:.1f} h"
+
+
+class EngineBadge(Static):
+    def show(self, s: ViewState) -> None:
+        if s.status in ("starting", "loading"):
+            self.update(Text(f"{s.loading_step or 'starting'}: model {s.model or '-'}, engine {s.backend or 'auto'}"))
+            return
+        line1 = Text.assemble((f" {s.backend} ", "reverse bold"), f" {s.device or 'cpu'} · {_mb(s.memory_bytes)} · ",
+                              s.backend_reason)
+        line2 = Text(f"model {s.model} · tasks {s.preset} · " + (f"node {s.node_id[:12]} on {s.address}"
+                                                               if s.node_id else "offline (training alone)"))
+        self.update(Text("\n").join([line1, line2]))
+
+
+class RoundStatus(Static):
+    def show(self, s: ViewState) -> None:
+        of = f"/{s.total_rounds}" if s.total_rounds else ""
+        doing = {"training": "training", "paused": "paused (the swarm keeps going)", "stopped": s.stop_line,
+                 "loading": "loading", "starting": "starting"}[s.status]
+        if s.status == "training" and s.evaluating:
+            doing = "held-out evaluation"
+        elif s.status == "training" and s.phase:
+            doing = f"{s.phase} {s.phase_done}/{s.phase_total}" if s.phase_total else s.phase
+        tokens = f"{s.tokens_per_s:,.0f} tok/s" if s.tokens_per_s else "- tok/s"
+        self.update(f"round {s.round + (1 if s.phase else 0)}{of} · {doing} · last round "
+                    f"{_seconds(s.last_round_s)} · {tokens} · ETA {_seconds(s.eta_s)} · "
+                    f"sharing {'on' if s.sharing else 'off'}")
+
+
+class RewardChart(PlotextPlot):
+    """Local-only reward, external (peers') reward and held-out accuracy, as moving averages; or
+    held-out accuracy per task when `per_task` is on."""
+
+    per_task = False
+
+    def show(self, s: ViewState) -> None:
+        plt, c = self.plt, s.curves
+        plt.clear_data()
+        plt.clear_figure()
+        plt.ylim(0, 1)
+        if self.per_task:
+            plt.title("held-out accuracy per task")
+            for task, points in sorted(c.per_task.items()):
+                plt.plot([r for r, _ in points], [a for _, a in points], label=task[:18])
+        else:
+            plt.title(f"reward (moving average of {10} rounds)")
+            if c.rounds:
+                plt.plot(c.rounds, moving_average(c.local), label="local")
+            if c.external_rounds:
+                plt.plot(c.external_rounds, moving_average(c.external), label="external")
+            if c.heldout_rounds:
+                plt.plot(c.heldout_rounds, c.heldout, label="held-out", marker="dot")
+        plt.xlabel("round")
+        self.refresh()
+
+
+class Notice(Static):
+    def show(self, s: ViewState) -> None:
+        self.update(Text(s.last_warning or "no warnings", style="bold yellow" if s.last_warning else "dim"))
+
+
+class Dashboard(Vertical):
+    def compose(self) -> ComposeResult:
+        yield EngineBadge(id="engine")
+        yield RoundStatus(id="round-status")
+        yield ProgressBar(id="round-progress", show_eta=False)
+        yield RewardChart(id="chart")
+        yield Notice(id="notice")
+
+    def show(self, s: ViewState) -> None:
+        for widget in (self.query_one(EngineBadge), self.query_one(RoundStatus), self.query_one(Notice)):
+            widget.show(s)
+        bar = self.query_one(ProgressBar)
+        bar.update(total=max(s.phase_total, 1), progress=s.phase_done if s.phase else 0)
+
+    def show_chart(self, s: ViewState) -> None:
+        self.query_one(RewardChart).show(s)

@@ -1,0 +1,198 @@
+"""What the TUI shows, folded from session events: pure data, no Textual, no clock.
+
+`ViewState.apply(event)` is the only way in, so a deterministic list of events (a test script, or
+the JSON lines `swarm watch` receives) always draws the same screen. Everything a peer could have
+written (addresses, model ids) passes through `safe_text` before it is kept.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections import deque
+from dataclasses import dataclass, field
+
+from swarm_app.events import (CheckpointSaved, EvaluationFinished, EvaluationStarted, Event, LogRecorded, ModelLoading,
+                              PeerRow, PeersUpdated, PhaseProgress, RoundFinished, RoundStarted, RunStarted, RunStopped,
+                              SharingChanged, SwarmJoined, TrainingPaused, TrainingResumed)
+
+MOVING_AVERAGE = 10
+"""Rounds in the chart's moving average: the bundled model's per-round reward swings by +-0.2."""
+LOG_LINES = 2000
+LEVELS = ("debug", "info", "warning", "error", "critical")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def safe_text(text: str, limit: int = 200) -> str:
+    """Peer-supplied text with control characters and escape sequences made harmless (shown as
+    U+FFFD), cut to `limit` characters."""
+    cleaned = _CONTROL.sub("\ufffd", text)
+    cleaned = "".join(c if unicodedata.category(c) not in ("Cf", "Cs", "Co") else "\ufffd" for c in cleaned)
+    return cleaned[:limit]
+
+
+def moving_average(values: list[float], window: int = MOVING_AVERAGE) -> list[float]:
+    out, total = [], 0.0
+    for i, value in enumerate(values):
+        total += value
+        if i >= window:
+            total -= values[i - window]
+        out.append(total / min(i + 1, window))
+    return out
+
+
+@dataclass
+class Curves:
+    rounds: list[int] = field(default_factory=list)
+    local: list[float] = field(default_factory=list)
+    external_rounds: list[int] = field(default_factory=list)
+    external: list[float] = field(default_factory=list)
+    heldout_rounds: list[int] = field(default_factory=list)
+    heldout: list[float] = field(default_factory=list)
+    per_task: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
+
+
+@dataclass
+class ViewState:
+    status: str = "starting"
+    """starting, loading, training, paused, stopped."""
+    loading_step: str = ""
+    model: str = ""
+    backend: str = ""
+    backend_reason: str = ""
+    device: str = ""
+    memory_bytes: int = 0
+    preset: str = ""
+    run_dir: str = ""
+    node_id: str = ""
+    address: str = ""
+    total_rounds: int = 0
+    round: int = 0
+    phase: str = ""
+    phase_done: int = 0
+    phase_total: int = 0
+    evaluating: bool = False
+    last_round_s: float | None = None
+    round_seconds: deque = field(default_factory=lambda: deque(maxlen=20))
+    tokens_per_s: float | None = None
+    sharing: bool = True
+    last_warning: str = ""
+    last_checkpoint: str = ""
+    stop_line: str = ""
+    curves: Curves = field(default_factory=Curves)
+    peers: tuple[PeerRow, ...] = ()
+    swarm_totals: PeersUpdated | None = None
+    external_groups: int = 0
+    signal_groups: int = 0
+    logs: deque = field(default_factory=lambda: deque(maxlen=LOG_LINES))
+
+    def apply(self, event: Event) -> None:
+        handler = _HANDLERS.get(type(event))
+        if handler is not None:
+            handler(self, event)
+
+    # --- derived figures
+    @property
+    def eta_s(self) -> float | None:
+        """Seconds to the last round at the recent pace; None when open-ended or not yet measured."""
+        if not self.total_rounds or not self.round_seconds:
+            return None
+        per_round = sum(self.round_seconds) / len(self.round_seconds)
+        remaining = max(self.total_rounds - self.round, 0) + (1 if self.phase else 0)
+        return per_round * remaining
+
+    @property
+    def peer_signal_share(self) -> float | None:
+        """Share of the groups with a reward spread in this node's updates that came from peers."""
+        return self.external_groups / self.signal_groups if self.signal_groups else None
+
+
+def _run_started(s: ViewState, e: RunStarted) -> None:
+    s.status, s.model, s.backend, s.backend_reason = "training", safe_text(e.model_id), e.backend, e.backend_reason
+    s.device, s.memory_bytes, s.preset, s.run_dir = e.device, e.memory_bytes, e.preset, e.run_dir
+    s.total_rounds, s.round = e.total_rounds, e.start_round - 1
+
+
+def _loading(s: ViewState, e: ModelLoading) -> None:
+    s.status, s.loading_step, s.model, s.backend = "loading", e.step, safe_text(e.model), e.backend
+
+
+def _round_started(s: ViewState, e: RoundStarted) -> None:
+    s.phase, s.phase_done, s.phase_total = "generating", 0, 0
+
+
+def _progress(s: ViewState, e: PhaseProgress) -> None:
+    s.phase, s.phase_done, s.phase_total = e.phase, e.done, e.total
+
+
+def _round_finished(s: ViewState, e: RoundFinished) -> None:
+    m, c = e.metrics, s.curves
+    s.round, s.phase, s.last_round_s = m.round, "", m.round_s
+    s.round_seconds.append(m.round_s)
+    s.tokens_per_s = m.tokens / m.gen_s if m.gen_s > 0 else None
+    c.rounds.append(m.round)
+    c.local.append(m.reward_local)
+    if m.reward_external is not None:
+        c.external_rounds.append(m.round)
+        c.external.append(m.reward_external)
+    s.external_groups += m.n_external
+    s.signal_groups += m.groups_with_signal
+
+
+def _evaluated(s: ViewState, e: EvaluationFinished) -> None:
+    s.evaluating = False
+    s.curves.heldout_rounds.append(e.round)
+    s.curves.heldout.append(e.accuracy)
+    for task, accuracy in e.per_task.items():
+        s.curves.per_task.setdefault(task, []).append((e.round, accuracy))
+
+
+def _log(s: ViewState, e: LogRecorded) -> None:
+    record = LogRecorded(e.level, safe_text(e.message, 2000), e.time)
+    s.logs.append(record)
+    if e.level in ("warning", "error", "critical"):
+        s.last_warning = f"{e.level}: {record.message}"
+
+
+def _peers(s: ViewState, e: PeersUpdated) -> None:
+    s.peers = tuple(_safe_row(r) for r in e.peers)
+    s.swarm_totals, s.sharing = e, e.sharing
+
+
+def _safe_row(r: PeerRow) -> PeerRow:
+    from dataclasses import replace
+
+    return replace(r, node_id=safe_text(r.node_id, 64), address=safe_text(r.address, 80),
+                   main_rejection=safe_text(r.main_rejection, 40))
+
+
+def _stopped(s: ViewState, e: RunStopped) -> None:
+    s.status, s.phase = "stopped", ""
+    s.stop_line = f"stopped after round {e.last_round} ({e.reason})"
+    s.last_checkpoint = e.adapter or s.last_checkpoint
+
+
+def _set(**values):
+    def handler(s: ViewState, e: Event) -> None:
+        for name, value in values.items():
+            setattr(s, name, value(e) if callable(value) else value)
+    return handler
+
+
+_HANDLERS = {
+    ModelLoading: _loading,
+    RunStarted: _run_started,
+    SwarmJoined: _set(node_id=lambda e: e.node_id, address=lambda e: e.address),
+    RoundStarted: _round_started,
+    PhaseProgress: _progress,
+    RoundFinished: _round_finished,
+    EvaluationStarted: _set(evaluating=True),
+    EvaluationFinished: _evaluated,
+    CheckpointSaved: _set(last_checkpoint=lambda e: e.path),
+    PeersUpdated: _peers,
+    TrainingPaused: _set(status="paused"),
+    TrainingResumed: _set(status="training"),
+    SharingChanged: _set(sharing=lambda e: e.sharing),
+    LogRecorded: _log,
+    RunStopped: _stopped,
+}
