@@ -33,6 +33,7 @@ from swarm_app.peer.addressbook import AddressBook, format_address, parse_addres
 from swarm_app.peer.admission import Admission
 from swarm_app.peer.config import PeerConfig
 from swarm_app.peer.identity import Identity, IdentityStore
+from swarm_app.peer.limits import fitted_limits
 from swarm_app.peer.messages import HandshakeError, Hello, MessageError, encode
 from swarm_app.peer.metrics import NodeMetrics
 from swarm_app.peer.pool import PoolEntry, RolloutPool, SeenCache
@@ -73,7 +74,7 @@ class PeerNode:
         self.peer_table_path = peer_table_path
         self.pool = RolloutPool(identity.node_id, config.pool_max_entries, config.pool_max_bytes, config.limits.past_ms)
         admission = Admission(self.pool, SeenCache(config.seen_capacity, config.limits.past_ms),
-                              config.limits, regenerate_task)
+                              fitted_limits(config.limits, config.protocol), regenerate_task)
         addresses = AddressBook(self.rng, backoff_base_s=1.0, backoff_max_s=300.0)
         self.core = NodeCore(identity, admission, config.protocol, PeerBook(config.scores, self.rng),
                              addresses, self.rng)

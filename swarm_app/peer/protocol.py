@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections import Counter, OrderedDict
+from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +23,7 @@ from swarm_app.peer.actions import Action, Admitted, Close, Dial, FetchPeers, Ht
 from swarm_app.peer.addressbook import AddressBook, format_address, parse_address
 from swarm_app.peer.admission import Accepted, Admission
 from swarm_app.peer.identity import Identity
+from swarm_app.peer.limits import ProtocolConfig
 from swarm_app.peer.messages import MAX_HAVE, Bye, MessageError, Pull, Push, Sample, decode_frame, fit_items
 from swarm_app.peer.pool import PoolEntry
 from swarm_app.peer.ratelimit import TokenBucket
@@ -34,34 +35,8 @@ log = logging.getLogger(__name__)
 
 MAX_EXCHANGE = 64
 """Addresses taken from one peer list."""
-
-
-@dataclass(frozen=True)
-class ProtocolConfig:
-    target_outbound: int = 8
-    """Outbound websockets to keep open."""
-    push_fanout: int = 2
-    """Neighbours each own rollout is pushed to."""
-    pull_interval_s: float = 10.0
-    pull_max: int = 20
-    """Rollouts asked for per pull (one per author)."""
-    pull_timeout_s: float = 5.0
-    rotate_interval_s: float = 60.0
-    """Replace one outbound neighbour this often (when others are known)."""
-    exchange_interval_s: float = 30.0
-    """Ask a neighbour for its peer list this often."""
-    conn_rate: float = 20.0
-    """Messages (and pushed rollouts) per second accepted on one connection, sustained."""
-    conn_burst: float = 60.0
-    pull_cost: float = 5.0
-    """Tokens an incoming pull takes from the connection's bucket: answering one scans the pool."""
-    max_inbound: int = 64
-    max_inbound_per_ip: int = 8
-    share: bool = True
-    """Send own rollouts to peers (pushes and pull answers). False: only receive."""
-    own_push_rate: float = 4.0
-    """Own rollouts pushed per second at most: no faster than peers' per-author limit admits."""
-    own_push_burst: float = 128.0
+LATE_PULLS = 16
+"""Timed-out pull ids remembered per connection (one pull per 10 s: minutes of a slow peer)."""
 
 
 @dataclass
@@ -76,11 +51,17 @@ class Connection:
     bucket: TokenBucket
     pending: dict[int, float] = field(default_factory=dict)
     """Pull request id -> deadline."""
+    timed_out: deque[int] = field(default_factory=lambda: deque(maxlen=LATE_PULLS))
+    """Ids of pulls that timed out: an answer to one is late, not unsolicited."""
 
 
 class NodeCore:
     def __init__(self, identity: Identity, admission: Admission, config: ProtocolConfig, peers: PeerBook,
                  addresses: AddressBook, rng: random.Random) -> None:
+        limits = admission.limits
+        if limits.author_rate < config.author_rate or limits.author_burst < config.author_burst:
+            raise ValueError("the per-author admission budget is below what an honest author may send; "
+                             "build the limits with limits.fitted_limits")
         self.identity, self.admission, self.config = identity, admission, config
         self.pool = admission.pool
         self.peers, self.addresses, self.rng = peers, addresses, rng
@@ -165,6 +146,7 @@ class NodeCore:
             for req, deadline in list(conn.pending.items()):
                 if deadline < now:
                     del conn.pending[req]
+                    conn.timed_out.append(req)
                     self.counters["pull_timeouts"] += 1
 
     def _outbound_addrs(self) -> list[str]:
@@ -278,7 +260,10 @@ class NodeCore:
             return [self._answer_pull(c, msg, now)]
         if isinstance(msg, Sample):
             if c.pending.pop(msg.re, None) is None:
-                return self._penalize(c, "bad_message", now)
+                if msg.re not in c.timed_out:
+                    return self._penalize(c, "bad_message", now)
+                c.timed_out.remove(msg.re)  # a busy peer answering after pull_timeout_s: taken, not punished
+                self.counters["late_samples"] += 1
             return self._receive(c, msg.items, False, now)
         if isinstance(msg, Bye):
             return [Close(conn, "")]

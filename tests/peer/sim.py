@@ -16,6 +16,7 @@ from collections.abc import Callable
 from swarm_app.peer.addressbook import AddressBook
 from swarm_app.peer.admission import Admission, AdmissionLimits
 from swarm_app.peer.identity import Identity
+from swarm_app.peer.limits import fitted_limits
 from swarm_app.peer.messages import ClientHandshake, ServerHandshake, decode_frame, encode
 from swarm_app.peer.pool import RolloutPool, SeenCache
 from swarm_app.peer.actions import Admitted, Close, Dial, FetchPeers, HttpPull, Send
@@ -46,6 +47,7 @@ class Simulation:
         self.inbound_ip: dict[tuple[int, int], str] = {}
         self.admitted: list[tuple[int, Admitted, float]] = []
         self._ids = itertools.count(1)
+        limits = fitted_limits(limits, config)
         for i in range(n):
             identity = Identity.generate()
             rng = random.Random(f"{seed}:{i}")
