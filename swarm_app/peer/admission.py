@@ -1,8 +1,8 @@
 """Admission of peers' rollouts: the door every received rollout goes through, in a fixed order.
 
-Checks, cheapest first: size, JSON, version, schema, canonical form (wire.parse_body); timestamp
-window; duplicate / replay / forgotten (seen-cache); signature; per-author rate; ground truth
-re-derived from the TaskRef. Only then is the rollout put in the seen-cache and the pool. A
+Checks, cheapest first: size, JSON, version, schema, canonical form (wire.parse_body); held-out
+seed; timestamp window; duplicate / replay / forgotten (seen-cache); signature; per-author rate;
+ground truth re-derived from the TaskRef. Only then is the rollout put in the seen-cache and the pool. A
 rejection is a value (`Rejected(reason)`), never an exception; `REASONS` lists every reason.
 Sans-IO: time comes in as an argument. Scoring the sender is the protocol core's job, not this one's.
 """
@@ -17,7 +17,7 @@ from swarm_app.peer.pool import PoolEntry, RolloutPool, SeenCache
 from swarm_app.peer.ratelimit import BucketMap
 from swarm_app.peer.wire import ParsedBody, SignedRollout, WireError, parse_body, signature_valid
 from swarm_app.rollouts import Rollout
-from swarm_app.tasks import Task, TaskRef, regenerate
+from swarm_app.tasks import HELDOUT_SEED, Task, TaskRef, regenerate
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +27,7 @@ REASONS: dict[str, str] = {
     "schema": "wrong fields, types or ranges",
     "version": "unknown protocol version",
     "not_canonical": "body bytes are not the RFC 8785 form",
+    "heldout_seed": "TaskRef seed reserved for held-out evaluation (2**31-1): never trained on, never shared",
     "future": "timestamp more than 2 min ahead",
     "stale": "timestamp more than 10 min old, or older than what was forgotten from this author",
     "duplicate": "already admitted (same bytes)",
@@ -46,9 +47,10 @@ class AdmissionLimits:
     future_ms: int = 2 * 60 * 1000
     """Furthest-ahead accepted timestamp (clock skew allowance)."""
     author_rate: float = 4.0
-    """Rollouts per second admitted per author, sustained."""
+    """Rollouts per second admitted per author, sustained. A node raises it to what an honest author on
+    its protocol settings may send (limits.fitted_limits); the core refuses to run below that."""
     author_burst: float = 128.0
-    """Rollouts admitted per author in one burst (a round's worth, with room)."""
+    """Rollouts admitted per author in one burst (a round's worth, with room); raised like author_rate."""
     author_capacity: int = 8192
     """Authors whose rate buckets are remembered (least recently seen out)."""
 
@@ -81,6 +83,8 @@ class Admission:
             parsed = parse_body(signed.body)
         except WireError as exc:
             return Rejected(exc.reason, str(exc))
+        if parsed.rollout.ref.seed >= HELDOUT_SEED:  # before the seen-cache: a copy must not block anything
+            return Rejected("heldout_seed", f"{parsed.rollout.ref.dataset} #{parsed.rollout.ref.index}")
         verdict = self._check_time_and_seen(parsed, signed, now_ms)
         if verdict is not None:
             return verdict

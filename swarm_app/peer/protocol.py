@@ -30,6 +30,7 @@ from swarm_app.peer.ratelimit import TokenBucket
 from swarm_app.peer.scores import PeerBook, PeerRecord
 from swarm_app.peer.wire import WireError, item_from_json, parse_body, sign_rollout
 from swarm_app.rollouts import Rollout
+from swarm_app.tasks import HELDOUT_SEED
 
 log = logging.getLogger(__name__)
 
@@ -336,6 +337,12 @@ class NodeCore:
         """Sign an own rollout, file it, push it. Nothing when sharing is off."""
         if not self.config.share:
             self.counters["unshared"] += 1
+            return []
+        if rollout.ref.seed >= HELDOUT_SEED:  # a bug upstream: held-out items must never leave this node
+            self.counters["heldout_dropped"] += 1
+            (log.warning if self.counters["heldout_dropped"] == 1 else log.debug)(
+                "own rollout for held-out item %s #%d not shared: seed %d is reserved for evaluation",
+                rollout.ref.dataset, rollout.ref.index, rollout.ref.seed)
             return []
         now_ms = int(now * 1000)
         self._seq = max(self._seq + 1, now_ms * 1000)  # clock-derived: a restart never reuses a number

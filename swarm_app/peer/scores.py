@@ -28,6 +28,7 @@ REASON_WEIGHTS: dict[str, float] = {
     "bad_message": 5.0,
     "malformed": 5.0,
     "schema": 5.0,
+    "heldout_seed": 5.0,    # honest nodes never share one: an attempt to inflate our held-out score
     "not_canonical": 10.0,
     "too_large": 10.0,
     "bad_signature": 10.0,  # forgery

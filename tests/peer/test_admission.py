@@ -13,7 +13,7 @@ from swarm_app.peer.admission import REASONS, Accepted, Admission, AdmissionLimi
 from swarm_app.peer.identity import Identity
 from swarm_app.peer.pool import RolloutPool, SeenCache
 from swarm_app.peer.wire import SignedRollout, sign_rollout
-from swarm_app.tasks import TaskRef
+from swarm_app.tasks import HELDOUT_SEED, Task, TaskRef
 from tests.peer.helpers import make_rollout, signed
 
 AUTHOR = Identity.generate()
@@ -98,4 +98,21 @@ def test_author_rate_limit_counts_only_verified_rollouts():
 
 def test_every_reason_is_documented():
     assert {"too_large", "malformed", "schema", "version", "not_canonical", "future", "stale", "duplicate",
-            "replay", "bad_signature", "author_rate", "unknown_task", "ground_truth"} == set(REASONS)
+            "replay", "bad_signature", "author_rate", "unknown_task", "ground_truth", "heldout_seed"} == set(REASONS)
+
+
+def test_a_heldout_seed_is_refused_before_regeneration_even_with_the_right_answer():
+    asked: list[TaskRef] = []
+
+    def regenerate(ref: TaskRef) -> Task:  # a node that could regenerate held-out items (the landed code could)
+        asked.append(ref)
+        return Task(ref, rollout.question, rollout.answer, {})
+
+    rollout = make_rollout(index=4)
+    adm = Admission(RolloutPool("me", 100, 10**7, 600_000), SeenCache(1000, 600_000), AdmissionLimits(), regenerate)
+    assert reason(adm.admit(signed(AUTHOR, rollout, ts_ms=NOW), "x", NOW)) == "accepted"  # the stub works
+    asked.clear()
+    # the wire schema caps seeds at 2**31-1 (tasks.HELDOUT_SEED), so this is the only held-out seed
+    heldout = dataclasses.replace(rollout, ref=dataclasses.replace(rollout.ref, seed=HELDOUT_SEED))
+    assert reason(adm.admit(signed(AUTHOR, heldout, ts_ms=NOW + 1), "x", NOW)) == "heldout_seed"
+    assert asked == [] and len(adm.pool) == 1 and len(adm.seen) == 1  # nothing regenerated, nothing filed

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import random
 from collections import Counter
 
 from swarm_app.peer.addressbook import AddressBook, parse_address
 from swarm_app.peer.actions import Close, Dial, FetchPeers, HttpPull, Send
 from swarm_app.peer.protocol import ProtocolConfig
+from swarm_app.tasks import HELDOUT_SEED
 from tests.peer.helpers import make_rollout, make_rollouts
 from tests.peer.sim import START, Simulation
 
@@ -191,3 +194,18 @@ def test_address_book_parsing_trimming_and_table_round_trip():
     other = AddressBook(random.Random(0))
     assert other.load_json(book.to_json()) == 1 and other.get("10.0.1.9:1").node_id == "nodeid"
     assert other.load_json("garbage") == 0 and other.load_json([{"addr": 5}, None]) == 0
+
+
+def test_a_node_never_publishes_a_heldout_rollout(caplog):
+    sim = Simulation(2, FAST, seed=12)
+    sim.dial(1, sim.nodes[0].addr)
+    core = sim.nodes[0].core
+    rollout = make_rollout(seed=13)
+    heldout = dataclasses.replace(rollout, ref=dataclasses.replace(rollout.ref, seed=HELDOUT_SEED))
+    with caplog.at_level(logging.WARNING, logger="swarm_app.peer.protocol"):
+        assert core.publish(heldout, sim.now) == [] and core.publish(heldout, sim.now) == []
+    assert core.counters["heldout_dropped"] == 2 and core.counters["published"] == 0 and len(core.pool) == 0
+    assert [r.levelname for r in caplog.records] == ["WARNING"] and "held-out" in caplog.records[0].getMessage()
+    assert any(isinstance(a, Send) for a in core.publish(rollout, sim.now))  # an ordinary one still goes out
+    sim.run(3)
+    assert {e.rollout.ref.seed for e in sim.nodes[1].core.pool._entries.values()} == {rollout.ref.seed}
