@@ -18,7 +18,7 @@ import aiohttp
 from swarm_app.peer.addressbook import format_address, parse_address
 from swarm_app.peer.identity import Identity
 from swarm_app.peer.messages import Bye, ClientHandshake, Hello, decode_frame, encode
-from swarm_app.peer.wire import MAX_FRAME_BYTES
+from swarm_app.peer.wire import MAX_FRAME_BYTES, WS_MAX_MSG_SIZE
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ async def dial(session: aiohttp.ClientSession, addr: str, identity: Identity, li
     handshake = ClientHandshake(identity, listen)
     try:
         async with asyncio.timeout(timeout_s):
-            ws = await session.ws_connect(f"{base_url(addr)}/ws", max_msg_size=MAX_FRAME_BYTES, heartbeat=heartbeat_s,
+            ws = await session.ws_connect(f"{base_url(addr)}/ws", max_msg_size=WS_MAX_MSG_SIZE, heartbeat=heartbeat_s,
                                           timeout=aiohttp.ClientWSTimeout(ws_receive=None, ws_close=timeout_s))
             try:
                 await ws.send_str(encode(handshake.start()))

@@ -23,7 +23,7 @@ from swarm_app.peer.identity import b64url
 from swarm_app.peer.messages import (HandshakeError, Hello, MessageError, ServerHandshake, decode_frame, encode,
                                      fit_items)
 from swarm_app.peer.ratelimit import BucketMap
-from swarm_app.peer.wire import MAX_FRAME_BYTES, PROTOCOL_VERSION
+from swarm_app.peer.wire import MAX_FRAME_BYTES, PROTOCOL_VERSION, WS_MAX_MSG_SIZE
 
 if TYPE_CHECKING:
     from swarm_app.peer.node import PeerNode
@@ -102,7 +102,7 @@ async def websocket(request: web.Request) -> web.StreamResponse:
     if node.stopping or not node.core.reserve_inbound(ip):
         return web.json_response({"error": "busy: connection limit reached"}, status=503)
     try:
-        ws = web.WebSocketResponse(max_msg_size=MAX_FRAME_BYTES, heartbeat=node.config.heartbeat_s,
+        ws = web.WebSocketResponse(max_msg_size=WS_MAX_MSG_SIZE, heartbeat=node.config.heartbeat_s,
                                    compress=False, timeout=node.config.request_timeout_s)
         await ws.prepare(request)
         hello = await handshake(ws, node)

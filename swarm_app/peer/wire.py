@@ -26,6 +26,8 @@ MAX_BODY_BYTES = 64 * 1024
 """Largest accepted rollout body (canonical bytes)."""
 MAX_FRAME_BYTES = 1024 * 1024
 """Largest websocket message and HTTP response body."""
+WS_MAX_MSG_SIZE = MAX_FRAME_BYTES + 1
+"""aiohttp's `max_msg_size` refuses a message of exactly that size (`>=`): one more admits 1 MiB itself."""
 SIGNATURE_PREFIX = b"RSP/1 rollout\n"
 """Domain separation: a rollout signature can never be replayed as a handshake proof or vice versa."""
 

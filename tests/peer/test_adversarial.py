@@ -18,7 +18,7 @@ import rfc8785
 from swarm_app.peer.identity import Identity, b64url
 from swarm_app.peer.messages import ClientHandshake, decode_frame, encode
 from swarm_app.peer.node import PeerNode
-from swarm_app.peer.wire import SIGNATURE_PREFIX, SignedRollout, body_dict, sign_rollout
+from swarm_app.peer.wire import MAX_FRAME_BYTES, SIGNATURE_PREFIX, SignedRollout, body_dict, sign_rollout
 from tests.peer.helpers import fast_config, make_rollout, signed
 
 NOW_MS = lambda: int(time.time() * 1000)  # noqa: E731
@@ -261,3 +261,21 @@ async def test_memory_stays_within_the_caps_under_a_sybil_flood(node, http):
     assert stats.pool_size == node.config.pool_max_entries  # ...but memory stays bounded
     assert stats.seen_size <= node.config.seen_capacity
     assert stats.pool_bytes <= node.config.pool_max_bytes
+
+
+@pytest.mark.parametrize("size", [MAX_FRAME_BYTES, MAX_FRAME_BYTES + 1])
+async def test_a_frame_of_exactly_one_mib_is_read_and_one_byte_more_is_refused(node, http, size):
+    peer = Attacker(http)
+    assert await peer.connect(node)
+    head, tail = '{"t":"pull","id":7,"max":1,"have":{},"pad":"', '"}'  # unknown members are ignored
+    frame = head + "x" * (size - len(head) - len(tail)) + tail
+    assert len(frame.encode("utf-8")) == size
+    await peer.send(frame)
+    if size == MAX_FRAME_BYTES:  # "at most 1 MiB" (docs/protocol.md §6): answered like any pull
+        reply = await peer.ws.receive(timeout=5)
+        assert reply.type == aiohttp.WSMsgType.TEXT and json.loads(reply.data) == {"t": "sample", "re": 7, "items": []}
+        assert "frame_too_large" not in node.stats().rejected
+    else:
+        assert await peer.disconnected_within(5) == "closed"
+        assert node.stats().rejected["frame_too_large"] == 1
+    await assert_healthy(node, http)
