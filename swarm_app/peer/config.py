@@ -46,9 +46,19 @@ class PeerConfig:
     """Total time for one HTTP request to a peer, and for one websocket send."""
     heartbeat_s: float = 20.0
     """Websocket ping interval; a peer that misses a pong is dropped."""
+    header_timeout_s: float = 5.0
+    """Seconds an HTTP connection may take to send a complete request, and may stay idle between requests."""
+    max_connections: int = 512
+    """Open server connections (HTTP and websockets) at most; lowered to fit the descriptor limit (gate.py)."""
+    max_connections_per_ip: int | None = None
+    """Open server connections from one IP. None: the websocket cap per IP plus 8 for HTTP requests."""
     http_rate: float = 5.0
     """HTTP requests per second per client IP (GET /info, /peers, /sample)."""
     http_burst: float = 20.0
+
+    @property
+    def connections_per_ip(self) -> int:
+        return self.max_connections_per_ip or self.protocol.max_inbound_per_ip + 8
 
     @property
     def share(self) -> bool:

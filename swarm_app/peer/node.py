@@ -29,6 +29,7 @@ from aiohttp import web
 from swarm_app.errors import SwarmError
 from swarm_app.paths import user_dirs
 from swarm_app.peer import client, discovery, server
+from swarm_app.peer.gate import ConnectionGate, GatedSite, QuietParseErrors, descriptor_budget, soft_descriptor_limit
 from swarm_app.peer.addressbook import AddressBook, format_address, parse_address
 from swarm_app.peer.admission import Admission
 from swarm_app.peer.config import PeerConfig
@@ -79,6 +80,9 @@ class PeerNode:
         self.core = NodeCore(identity, admission, config.protocol, PeerBook(config.scores, self.rng),
                              addresses, self.rng)
         self.metrics = NodeMetrics(self)
+        self.gate = ConnectionGate(config.connections_per_ip,
+                                   min(config.max_connections, descriptor_budget(soft_descriptor_limit())))
+        """Caps on open server connections (all HTTP, websockets included), shared by both servers."""
         self.address: str | None = None
         """HOST:PORT the server is bound to (the real port when the config asked for port 0)."""
         self.metrics_address: str | None = None
@@ -139,16 +143,22 @@ class PeerNode:
         log.info("peer node %s listening on %s", self.node_id[:12], self.address)
 
     async def _serve_app(self, app: web.Application, host: str, port: int, flag: str) -> web.AppRunner:
-        runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
+        quiet = QuietParseErrors(logging.getLogger("aiohttp.server"), self._count_malformed)
+        # keepalive_timeout is armed at connect and not reset by partial data: a header timeout too
+        runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0, logger=quiet,
+                               keepalive_timeout=self.config.header_timeout_s, lingering_time=self.config.header_timeout_s)
         await runner.setup()
         self._runners.append(runner)
         try:
-            await web.TCPSite(runner, host, port).start()
+            await GatedSite(runner, host, port, self.gate).start()
         except OSError as exc:
             await self.stop()
             raise SwarmError(f"cannot listen on {format_address(host, port)}: {exc.strerror or exc}; "
                              f"choose another address or port with {flag}", title="Network") from None
         return runner
+
+    def _count_malformed(self) -> None:
+        self.core.counters["http_malformed"] += 1
 
     async def background(self, app: web.Application) -> AsyncIterator[None]:
         """cleanup_ctx of the server app: the shared ClientSession and the tick loop live and die with it."""
