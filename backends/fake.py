@@ -19,6 +19,7 @@ ADAPTER_FILE = "fake_adapter.json"
 
 class FakeBackend(Backend):
     name = "fake"
+    supports_cancel = True
     adapter_format = "fake-json"
 
     def __init__(self) -> None:

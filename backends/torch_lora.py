@@ -150,6 +150,7 @@ class TorchBackend(Backend):
     lora.dropout > 0 the first step's ratio is not exactly 1 (dropout is on while training)."""
 
     name = "torch"
+    supports_cancel = True
 
     def __init__(self) -> None:
         self._spec: ModelSpec | None = None

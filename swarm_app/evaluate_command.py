@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from backends import registry
@@ -12,6 +12,7 @@ from swarm_app.errors import ModelError
 from swarm_app.models import resolve
 from swarm_app.session import model_spec
 from swarm_app.settings import Settings
+from swarm_app.sizing import recommend
 from swarm_app.training.checkpoint import Checkpoints
 from swarm_app.training.evaluation import EvalResult, evaluate
 
@@ -39,9 +40,10 @@ def run_eval(settings: Settings, adapter: Path | None, n: int, hardware: Hardwar
     model_dir = model.folder
     adapter_dir = _adapter_folder(adapter) if adapter else None
     try:
-        name, _ = registry.choose(settings.model.backend, hardware)
+        name, _ = registry.choose(settings.model.backend, hardware, training=False)
         backend = registry.create(name)
-        backend.load(replace(model_spec(settings, model_dir, trainable=False), model_id=model.model_id))
+        backend.load(model_spec(settings, model_dir, trainable=False, model_id=model.model_id,
+                                threads=recommend(hardware, name).threads))
         if adapter_dir is not None:
             backend.load_adapter(adapter_dir)
     except BackendError as exc:

@@ -91,6 +91,8 @@ class RunStarted(Event):
     """Where the engine runs ("cpu", "cuda:0", ...)."""
     memory_bytes: int = 0
     """What the engine holds (model, adapter, optimizer)."""
+    advice: str = ""
+    """The hardware recommendation (threads, model size, batch) and why."""
 
 
 @dataclass(frozen=True)

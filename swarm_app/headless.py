@@ -41,8 +41,9 @@ class HeadlessView:
         if isinstance(event, RunStarted):
             self.total_rounds = event.total_rounds
             until = f"up to round {event.total_rounds}" if event.total_rounds else "until stopped (Ctrl-C)"
-            return (f"run {event.run_dir}: model {event.model_id} on {event.backend} ({event.backend_reason}); "
+            line = (f"run {event.run_dir}: model {event.model_id} on {event.backend} ({event.backend_reason}); "
                     f"tasks {event.preset}; starting at round {event.start_round}, {until}")
+            return line + (f"\nmachine: {event.advice}" if event.advice else "")
         if isinstance(event, RoundFinished):
             return format_round(event.metrics, self.total_rounds)
         if isinstance(event, SwarmJoined):

@@ -25,15 +25,16 @@ from backends.base import BackendError, Cancelled, Hardware, LoraConfig, ModelSp
 from swarm_app import tasks
 from swarm_app.errors import CheckpointError, ModelError, SwarmError, UsageError
 from swarm_app.event_bus import EventBus, LogForwarder
-from swarm_app.events import (CheckpointSaved, Event, ModelLoading, RoundFinished, RoundMetrics, RoundStarted,
+from swarm_app.events import (CheckpointSaved, Event, ModelLoading, RoundFinished, RoundStarted,
                               RunStarted, RunStopped, SharingChanged, SwarmJoined, TrainingPaused, TrainingResumed)
 from swarm_app.files import check_writable_folder, write_text_atomic
-from swarm_app.models import resolve_model
+from swarm_app.models import resolve
 from swarm_app.paths import user_dirs
 from swarm_app.peer_tracker import PeerTracker
 from swarm_app.rollouts import RolloutExchange
 from swarm_app.settings import PeerSettings, Settings, describe
-from swarm_app.training.checkpoint import Checkpoints, CheckpointState
+from swarm_app.sizing import recommend
+from swarm_app.training.checkpoint import Checkpoints, CheckpointState, read_state
 from swarm_app.training.loop import RoundAbandoned, RoundPlan, Trainer
 from swarm_app.training.metrics import MetricsLog
 
@@ -54,13 +55,16 @@ def peer_config(settings: Settings):
     return config.with_protocol(share=peer.share)
 
 
-def model_spec(settings: Settings, model_dir: Path, trainable: bool = True) -> ModelSpec:
-    """What a backend needs to load the model with this run's LoRA and optimizer settings."""
+def model_spec(settings: Settings, model_dir: Path, trainable: bool = True, *, model_id: str = "",
+               threads: int = 0) -> ModelSpec:
+    """What a backend needs to load the model with this run's LoRA and optimizer settings.
+    `threads` 0: the setting, or 1 where the setting is 0 (auto) and no recommendation was made."""
     lora, t = settings.lora, settings.train
     return ModelSpec(str(model_dir), LoraConfig(lora.rank, lora.alpha, lora.dropout, tuple(lora.target_modules)),
                      OptimConfig(t.learning_rate, t.weight_decay, t.epochs, t.minibatches, t.clip_low, t.clip_high,
                                  t.max_grad_norm),
-                     threads=settings.model.threads, trainable=trainable)
+                     threads=threads or settings.model.threads or 1, trainable=trainable, model_id=model_id,
+                     cache_dir=str(user_dirs().cache))
 
 
 def any_port(listen: str) -> str:
@@ -68,7 +72,12 @@ def any_port(listen: str) -> str:
     return f"{host}:0"
 
 
-def _load_adapter(backend, folder: Path) -> None:
+def _load_adapter(backend, engine: str, folder: Path) -> None:
+    """Load a checkpoint's adapter; damage is a CheckpointError (the caller tries an older one), a
+    checkpoint of another engine's adapter format a UsageError (an older one would not fit either)."""
+    conflict = registry.resume_conflict(read_state(folder).backend, engine)
+    if conflict:
+        raise UsageError(conflict)
     try:
         backend.load_adapter(folder)
     except BackendError as exc:
@@ -124,6 +133,8 @@ class Session:
         self.trainer: Trainer | None = None
         self.backend_name = ""
         self.backend_reason = ""
+        self.model = None
+        self.advice = None
         self.peer_config = None
         self.peer_node = exchange if callable(getattr(exchange, "stats", None)) else None
         self.seed = 0
@@ -187,7 +198,8 @@ class Session:
         specs = tasks.preset(self.settings.tasks.preset)
         if self.exchange is None and self.settings.peer.enabled:
             self.peer_config = peer_config(self.settings)
-        model_dir = resolve_model(self.settings.model.path)
+        self.model = resolve(self.settings.model.path)
+        model_dir = self.model.folder
         check_writable_folder(self.run_dir, "--run-dir")
         started = self._check_run_matches(model_dir)
         self.seed = self._seed(started)
@@ -242,9 +254,11 @@ class Session:
             self.hardware = detect_hardware(self.settings.model.backend)
         try:
             self.backend_name, self.backend_reason = registry.choose(self.settings.model.backend, self.hardware)
-            self.events.publish_threadsafe(ModelLoading(model_dir.name, self.backend_name, "loading the model"))
+            self.events.publish_threadsafe(ModelLoading(self.model.model_id, self.backend_name, "loading the model"))
+            self.advice = recommend(self.hardware, self.backend_name)
             backend = registry.create(self.backend_name)
-            backend.load(model_spec(self.settings, model_dir))
+            backend.load(model_spec(self.settings, model_dir, model_id=self.model.model_id,
+                                    threads=self.settings.model.threads or self.advice.threads))
         except BackendError as exc:
             raise ModelError(str(exc)) from None
         return backend
@@ -287,7 +301,7 @@ class Session:
             log.info("moved the previous run to %s", aside)
 
     def _resume(self, backend) -> None:
-        state, folder = self.checkpoints.restore(lambda folder: _load_adapter(backend, folder))
+        state, folder = self.checkpoints.restore(lambda folder: _load_adapter(backend, self.backend_name, folder))
         self.metrics.keep_rounds(state.round)
         self.metrics_rows = len(self.metrics.rows())
         self.last_checkpoint = str(folder)
@@ -363,7 +377,8 @@ class Session:
         trainer, total = self.trainer, self.settings.train.rounds
         self.events.publish(RunStarted(str(self.run_dir), self.backend_name, self.backend_reason,
                                        trainer.backend.model_id, self.settings.tasks.preset, self.next_round, total,
-                                       trainer.backend.device(), trainer.backend.memory()))
+                                       trainer.backend.device(), trainer.backend.memory(),
+                                       self.advice.reason if self.advice else ""))
         last_saved = last_done = self.next_round - 1
         reason = "finished"
         watcher = None

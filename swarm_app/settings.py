@@ -31,7 +31,8 @@ class ModelSettings:
     path: str = setting("", "Model: a local HF folder or a Hugging Face id in the local cache. Empty: the bundled model.")
     backend: str = setting("auto", "Engine for generation and LoRA updates (auto: the best one detected).",
                            choices=("auto", *registry.ENGINES))
-    threads: int = setting(1, "CPU threads for torch (1 keeps a shared 2-core machine stable).", low=1, high=256)
+    threads: int = setting(0, "CPU threads for the engine. 0: one per physical core (`swarm doctor` shows the "
+                           "figure); 1 keeps a machine that also runs other work steady.", low=0, high=256)
     max_new_tokens: int = setting(48, "Longest completion in tokens.", low=1, high=8192)
     temperature: float = setting(1.0, "Sampling temperature for training rollouts.", low=0.0, high=5.0)
     top_p: float = setting(1.0, "Nucleus sampling mass for training rollouts.", low=0.0, high=1.0)
