@@ -7,11 +7,17 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from swarm_app.peer.admission import REASONS
 from swarm_app.peer.identity import Identity, b64url
+from swarm_app.peer.messages import MESSAGE_REASONS
 from swarm_app.peer.messages import ClientHandshake, ServerHandshake, decode_frame, encode
 from swarm_app.peer.wire import SignedRollout, parse_body, sign_rollout, signature_valid
 
-DOC = (Path(__file__).resolve().parents[2] / "docs" / "protocol.md").read_text(encoding="utf-8")
+ROOT = Path(__file__).resolve().parents[2]
+DOC = (ROOT / "docs" / "protocol.md").read_text(encoding="utf-8")
+BYE_SENDERS = [r'Close\([^()]*?, "([^"]+)"\)', r'_close\(\w+, "([^"]+)"\)', r'"t": "bye", "reason": "([^"]+)"',
+               r'return "(\w+)", \[\]']
+"""Where the code chooses a bye reason: core Close actions, the node's _close, literal bye frames, hello refusals."""
 
 
 def test_the_documented_test_vector():
@@ -40,3 +46,16 @@ def test_the_documented_hello_runs_between_two_sides():
     assert set(proof) == {"t", "sig"}
     assert server.on_client_proof(decode_frame(encode(proof))).node == client_id.node_id
     assert client.peer.node == server_id.node_id
+
+
+def test_every_bye_reason_the_code_sends_is_in_the_documented_table():
+    source = "\n".join(f.read_text(encoding="utf-8") for f in sorted((ROOT / "swarm_app" / "peer").glob("*.py")))
+    sent = {reason for pattern in BYE_SENDERS for reason in re.findall(pattern, source)}
+    documented = set(re.findall(r"^  \| `([^`]+)` \|", DOC, re.M))
+    assert {"self", "banned", "duplicate", "offender", "rotate", "shutdown", "internal error"} <= sent
+    assert sent == documented
+
+
+def test_every_rejection_reason_is_in_the_doc():
+    for reason in [*REASONS, *MESSAGE_REASONS]:
+        assert f"`{reason}`" in DOC, reason
