@@ -26,6 +26,9 @@ COUNTERS = {
     "bans": "Peers disconnected and banned for repeated rejections",
     "send_dropped": "Outgoing messages dropped because a peer's send queue was full",
     "dial_failures": "Outbound connection attempts that failed",
+    "late_samples": "Pull answers that came after pull_timeout_s (taken, not punished)",
+    "heldout_dropped": "Own rollouts for held-out items that were not shared",
+    "http_malformed": "HTTP requests refused as malformed (400 or a close)",
 }
 
 
@@ -51,6 +54,12 @@ class NodeCollector:
         yield GaugeMetricFamily("rsp_pool_bytes", "Body bytes in the pool", value=self.node.pool.nbytes)
         yield GaugeMetricFamily("rsp_seen_entries", "Entries in the seen-cache", value=len(core.admission.seen))
         yield GaugeMetricFamily("rsp_known_addresses", "Addresses in the address book", value=len(core.addresses))
+        gate = self.node.gate
+        yield GaugeMetricFamily("rsp_server_connections", "Open TCP connections to the servers", value=gate.open)
+        refused = CounterMetricFamily("rsp_connections_refused", "TCP connections closed unread, by cap", labels=["cap"])
+        for cap in ("per_ip", "total"):
+            refused.add_metric([cap], gate.refused[cap])
+        yield refused
 
 
 class NodeMetrics:
