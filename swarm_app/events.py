@@ -225,3 +225,65 @@ class RunStopped(Event):
     run_dir: str = ""
     adapter: str = ""
     """The newest checkpoint folder ("" when none was written)."""
+
+
+def event_from_dict(data: dict[str, Any]) -> Event:
+    """Rebuild an event of this module from its `to_dict()` (the JSON that `swarm watch` receives).
+
+    Nested RoundMetrics and tuples of PeerRow are rebuilt; dict fields stay dicts. Keys the class does
+    not have are ignored (a newer node may add optional fields); an unknown event name, a missing field
+    or a value of the wrong type raises ValueError, so one bad message never reaches a view.
+    """
+    if not isinstance(data, dict):
+        raise ValueError(f"an event is an object, not {type(data).__name__}")
+    classes = {cls.__name__: cls for cls in _subclasses(Event) if cls.__module__ == __name__}
+    cls = classes.get(data.get("event"))  # type: ignore[arg-type]
+    if cls is None:
+        raise ValueError(f"unknown event {data.get('event')!r}")
+    return _build(cls, {key: value for key, value in data.items() if key != "event"})
+
+
+def _subclasses(cls: type) -> list[type]:
+    return [sub for direct in cls.__subclasses__() for sub in (direct, *_subclasses(direct))]
+
+
+def _build(cls: type, values: Any) -> Any:
+    import dataclasses
+    import typing
+
+    if not isinstance(values, dict):
+        raise ValueError(f"{cls.__name__}: expected an object, got {type(values).__name__}")
+    hints = typing.get_type_hints(cls)  # the annotations are strings (from __future__ import annotations)
+    known = {f.name: f for f in dataclasses.fields(cls)}
+    missing = [name for name, f in known.items() if name not in values
+               and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    if missing:
+        raise ValueError(f"{cls.__name__}: missing {', '.join(missing)}")
+    return cls(**{name: _convert(hints[name], values[name], f"{cls.__name__}.{name}")
+                  for name in known if name in values})
+
+
+def _convert(hint: Any, value: Any, where: str) -> Any:
+    """`value` as the field type `hint` says, or ValueError. Covers the types the events use."""
+    import dataclasses
+    import types
+    import typing
+
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        others = [arg for arg in typing.get_args(hint) if arg is not type(None)]
+        if value is None and len(others) < len(typing.get_args(hint)):
+            return None
+        (hint,) = others  # every Optional here wraps exactly one type
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if dataclasses.is_dataclass(hint):
+        return _build(hint, value)
+    if origin is tuple and isinstance(value, (list, tuple)):
+        return tuple(_convert(args[0], item, where) for item in value)
+    if origin is dict and isinstance(value, dict):
+        return dict(value)
+    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is float and is_number:
+        return float(value)
+    if (hint is int and is_number and isinstance(value, int)) or (hint in (str, bool) and isinstance(value, hint)):
+        return value
+    raise ValueError(f"{where}: {value!r} is not a {getattr(hint, '__name__', hint)}")
