@@ -166,10 +166,12 @@ def run_command(args: argparse.Namespace) -> int:
 
 async def _run_until_stopped(session) -> None:
     from swarm_app.stopping import on_stop_signals
+    from swarm_app.watch_service import watched
 
     undo = on_stop_signals(asyncio.get_running_loop(), session.stop)
     try:
-        await session.run()
+        async with watched(session):  # `swarm watch` can attach (127.0.0.1, token in watch.json)
+            await session.run()
     finally:
         undo()
 
