@@ -60,6 +60,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--tasks", metavar="PRESET")
     demo.add_argument("--out", metavar="DIR", help="where the nodes' run folders go (default: a new folder in the data dir)")
 
+    watch = commands.add_parser("watch", help="look in on a node running on this machine (read-only)")
+    watch.add_argument("--config", metavar="FILE", help="config file (default: config.toml in the user config dir)")
+    watch.add_argument("--run-dir", metavar="DIR", help="the node's run folder (default: the default run)")
+    watch.add_argument("--no-ui", dest="ui", action="store_false", default=None, help="print its headless lines")
+    watch.add_argument("--log-format", choices=("text", "json"), help="with --no-ui")
+
     ident = commands.add_parser("identity", help="this node's key: show, export FILE, import FILE")
     from swarm_app.peer.commands import add_identity_arguments
 
@@ -275,6 +281,14 @@ def doctor_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def watch_command(args: argparse.Namespace) -> int:
+    settings = load_settings_for(args)
+    from swarm_app.session import run_dir_of
+    from swarm_app.watch_command import watch
+
+    return watch(run_dir_of(settings), settings.run.ui, settings.run.log_format)
+
+
 def identity_command(args: argparse.Namespace) -> int:
     from swarm_app.peer.commands import identity_main
 
@@ -282,4 +296,4 @@ def identity_command(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"run": run_command, "eval": eval_command, "demo": demo_command, "identity": identity_command,
-            "doctor": doctor_command}
+            "doctor": doctor_command, "watch": watch_command}
