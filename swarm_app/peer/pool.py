@@ -135,12 +135,22 @@ def fill_cap(available: Counter, count: int) -> int:
     return cap
 
 
+ID_PREFIX = 16
+"""Bytes of a rollout id the seen-cache keeps: telling a duplicate from a replay of the same (author, seq)
+needs no more (matching 128 bits of SHA-256 is a second preimage), and it keeps entries small."""
+
+
 class SeenCache:
-    """(author key, seq) -> (id, ts_ms) of admitted rollouts, with per-author floors for evictions."""
+    """(author key, seq) -> (id prefix, ts_ms) of admitted rollouts, with per-author floors for evictions.
+
+    Each entry is two flat bytes objects (author key + 8-byte seq; id prefix + 8-byte ts_ms), not
+    tuples of bytes and ints: ~205 bytes an entry instead of ~390, and a full 10-minute window at 80
+    rollouts/s holds ~48,000 of them.
+    """
 
     def __init__(self, capacity: int, window_ms: int) -> None:
         self.capacity, self.window_ms = capacity, window_ms
-        self._seen: OrderedDict[tuple[bytes, int], tuple[bytes, int]] = OrderedDict()
+        self._seen: OrderedDict[bytes, bytes] = OrderedDict()
         self._floors: OrderedDict[bytes, int] = OrderedDict()
 
     def __len__(self) -> int:
@@ -149,18 +159,19 @@ class SeenCache:
     def check(self, author_key: bytes, seq: int, rollout_id: bytes, ts_ms: int) -> str | None:
         """None when new; "duplicate" (same bytes), "replay" (same seq, other bytes), or "stale"
         (at or below the author's floor: possibly seen and forgotten)."""
-        known = self._seen.get((author_key, seq))
+        known = self._seen.get(author_key + seq.to_bytes(8, "big"))
         if known is not None:
-            return "duplicate" if known[0] == rollout_id else "replay"
+            return "duplicate" if known[:ID_PREFIX] == _prefix(rollout_id) else "replay"
         if ts_ms <= self._floors.get(author_key, -1):
             return "stale"
         return None
 
     def add(self, author_key: bytes, seq: int, rollout_id: bytes, ts_ms: int) -> None:
-        self._seen[(author_key, seq)] = (rollout_id, ts_ms)
+        self._seen[author_key + seq.to_bytes(8, "big")] = _prefix(rollout_id) + ts_ms.to_bytes(8, "big")
         while len(self._seen) > self.capacity:
-            (key, _), (_, old_ts) = self._seen.popitem(last=False)
-            self._floors[key] = max(old_ts, self._floors.pop(key, -1))
+            key, value = self._seen.popitem(last=False)
+            author = key[:-8]
+            self._floors[author] = max(_ts(value), self._floors.pop(author, -1))
             while len(self._floors) > self.capacity:
                 self._floors.popitem(last=False)
 
@@ -168,9 +179,17 @@ class SeenCache:
         """Forget what the timestamp window refuses anyway."""
         cutoff = now_ms - self.window_ms
         while self._seen:
-            key, (_, ts) = next(iter(self._seen.items()))
-            if ts >= cutoff:
+            key, value = next(iter(self._seen.items()))
+            if _ts(value) >= cutoff:
                 break
             del self._seen[key]
         for key in [k for k, ts in self._floors.items() if ts < cutoff]:
             del self._floors[key]
+
+
+def _prefix(rollout_id: bytes) -> bytes:
+    return rollout_id[:ID_PREFIX].ljust(ID_PREFIX, b"\0")  # ids are 32 bytes; the padding is for tests' short ones
+
+
+def _ts(value: bytes) -> int:
+    return int.from_bytes(value[ID_PREFIX:], "big")

@@ -100,3 +100,25 @@ def test_seen_cache_duplicate_replay_and_floor_after_eviction():
     assert seen.check(b"other", 1, b"x", NOW) is None
     seen.expire(NOW + 120_000)
     assert len(seen) == 0
+
+
+def test_a_seen_cache_entry_takes_under_300_bytes():
+    import base64
+    import hashlib
+    import tracemalloc
+
+    authors = [bytes([k]) * 32 for k in range(4)]
+    seen = SeenCache(capacity=100_000, window_ms=600_000)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(10_000):  # a fresh key object per body, as parsing makes them
+            key = base64.urlsafe_b64decode(base64.urlsafe_b64encode(authors[i % 4]))
+            seen.add(key, 1_800_000_000_000_000 + i, hashlib.sha256(i.to_bytes(4, "big")).digest(), 1_800_000_000_000 + i)
+        per_entry = (tracemalloc.get_traced_memory()[0] - before) / 10_000
+    finally:
+        tracemalloc.stop()
+    print(f"\nseen-cache: {per_entry:.0f} bytes per entry")
+    assert len(seen) == 10_000 and per_entry < 300  # the tuple layout took ~390: 48 MB for two full windows
+    assert seen.check(authors[1], 1_800_000_000_000_001, hashlib.sha256((1).to_bytes(4, "big")).digest(), 0) == "duplicate"
+    assert seen.check(authors[1], 1_800_000_000_000_001, b"\0" * 32, 0) == "replay"
