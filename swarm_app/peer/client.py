@@ -111,3 +111,12 @@ async def fetch_sample(session: aiohttp.ClientSession, addr: str, have: dict[str
     data = await get_json(session, f"{base_url(addr)}/sample", timeout_s, params)
     items = data.get("items", []) if isinstance(data, dict) else []
     return items if isinstance(items, list) else []
+
+
+async def bye_and_close(ws: Any, reason: str, timeout_s: float) -> None:
+    try:
+        async with asyncio.timeout(timeout_s):
+            await ws.send_str(encode({"t": "bye", "reason": reason}))
+    except (ConnectionError, TimeoutError, aiohttp.ClientError) as exc:
+        log.debug("could not say bye (%s): the peer left first", exc.__class__.__name__)
+    await ws.close()

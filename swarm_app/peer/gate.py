@@ -10,8 +10,9 @@ EMFILE. This module owns the caps that prevent that:
 - `descriptor_budget()`: the total cap from the process's soft RLIMIT_NOFILE.
 - `QuietParseErrors`: the logger handed to aiohttp's request handlers; a malformed request is one
   debug line, while a bug in a handler keeps its traceback.
-The header/idle timeout itself is aiohttp's keepalive_timeout (armed when the connection opens and
-not reset by partial data), which node.py sets. Nothing here knows the protocol.
+- `gated_runner()`: the AppRunner for it, whose keepalive_timeout (armed when the connection opens,
+  not reset by partial data) is the header and idle timeout.
+Nothing here knows the protocol.
 """
 
 from __future__ import annotations
@@ -130,6 +131,15 @@ class _Door(asyncio.Protocol):
             inner, self.inner = self.inner, None
             self.gate.release(self.ip)
             inner.connection_lost(exc)
+
+
+def gated_runner(app: web.Application, gate: ConnectionGate, header_timeout_s: float,
+                 on_malformed: Callable[[], None]) -> web.AppRunner:
+    """An AppRunner for a GatedSite: keepalive_timeout (armed when a connection opens, not reset by partial
+    data) doubles as the header timeout; lingering on an unread request body is capped the same way."""
+    quiet = QuietParseErrors(logging.getLogger("aiohttp.server"), on_malformed)
+    return web.AppRunner(app, access_log=None, shutdown_timeout=2.0, logger=quiet,
+                         keepalive_timeout=header_timeout_s, lingering_time=header_timeout_s)
 
 
 class GatedSite(web.TCPSite):

@@ -29,7 +29,7 @@ from aiohttp import web
 from swarm_app.errors import SwarmError
 from swarm_app.paths import user_dirs
 from swarm_app.peer import client, discovery, server
-from swarm_app.peer.gate import ConnectionGate, GatedSite, QuietParseErrors, descriptor_budget, soft_descriptor_limit
+from swarm_app.peer.gate import ConnectionGate, GatedSite, descriptor_budget, gated_runner, soft_descriptor_limit
 from swarm_app.peer.addressbook import AddressBook, format_address, parse_address
 from swarm_app.peer.admission import Admission
 from swarm_app.peer.config import PeerConfig
@@ -143,10 +143,7 @@ class PeerNode:
         log.info("peer node %s listening on %s", self.node_id[:12], self.address)
 
     async def _serve_app(self, app: web.Application, host: str, port: int, flag: str) -> web.AppRunner:
-        quiet = QuietParseErrors(logging.getLogger("aiohttp.server"), self._count_malformed)
-        # keepalive_timeout is armed at connect and not reset by partial data: a header timeout too
-        runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0, logger=quiet,
-                               keepalive_timeout=self.config.header_timeout_s, lingering_time=self.config.header_timeout_s)
+        runner = gated_runner(app, self.gate, self.config.header_timeout_s, self._count_malformed)
         await runner.setup()
         self._runners.append(runner)
         try:
@@ -347,7 +344,7 @@ class PeerNode:
             if refusal == "self" and dialed:
                 log.info("%s answered with this node's own id: our own address, or another node using "
                          "the same key (an identity imported on two machines?)", dialed)
-            await _bye_and_close(ws, refusal, self.config.request_timeout_s)
+            await client.bye_and_close(ws, refusal, self.config.request_timeout_s)
             return
         link = self._links[conn] = Link(ws, asyncio.Queue(maxsize=SEND_QUEUE))
         link.writer = asyncio.get_running_loop().create_task(self._writer(link))
@@ -408,11 +405,3 @@ class PeerNode:
             return
         self._execute(self.core.on_http_sample(action.addr, items, self.clock()))
 
-
-async def _bye_and_close(ws: Any, reason: str, timeout_s: float) -> None:
-    try:
-        async with asyncio.timeout(timeout_s):
-            await ws.send_str(encode({"t": "bye", "reason": reason}))
-    except (ConnectionError, TimeoutError, aiohttp.ClientError) as exc:
-        log.debug("could not say bye (%s): the peer left first", exc.__class__.__name__)
-    await ws.close()

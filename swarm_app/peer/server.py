@@ -23,7 +23,7 @@ from swarm_app.peer.identity import b64url
 from swarm_app.peer.messages import (HandshakeError, Hello, MessageError, ServerHandshake, decode_frame, encode,
                                      fit_items)
 from swarm_app.peer.ratelimit import BucketMap
-from swarm_app.peer.wire import MAX_FRAME_BYTES, PROTOCOL_VERSION, WS_MAX_MSG_SIZE
+from swarm_app.peer.wire import PROTOCOL_VERSION, WS_MAX_MSG_SIZE
 
 if TYPE_CHECKING:
     from swarm_app.peer.node import PeerNode
