@@ -200,7 +200,7 @@ class StatusEndpoint:
         self._runner = runner
         port = runner.addresses[0][1]
         self.info = WatchInfo(port, self._token, os.getpid())
-        log.info("status endpoint on %s:%d (swarm watch --run-dir %s)", HOST, port, self.run_dir)
+        log.debug("status endpoint on %s:%d (swarm watch --run-dir %s)", HOST, port, self.run_dir)
 
     def advertise(self) -> Path:
         """Blocking (fsync): call it in a thread."""

@@ -208,3 +208,28 @@ def test_the_run_commands_do_not_import_aiohttp_before_the_first_line():
             "print(sorted(m for m in ('aiohttp', 'textual', 'torch') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_what_a_watcher_sends_steers_nothing(stub_model, tmp_path):
+    settings = make_settings(stub_model, tmp_path / "run", 0)
+
+    async def scenario():
+        session, task, counter = await open_node(settings)
+        info = read_watch_file(session.run_dir)
+        async with aiohttp.ClientSession() as client:
+            async with client.ws_connect(info.url, headers=bearer(info.token)) as ws:
+                for request in ("stop", "pause", json.dumps({"request": "stop"})):
+                    await ws.send_str(request)
+                sent_at = counter.rounds
+                await wait_for(lambda: counter.rounds >= sent_at + 5)  # still training
+                paused, stopping = session.paused, task.done()
+                await ws.send_str("x" * 5000)  # over the 4 KiB a watcher may send: the socket closes
+                _, code = await asyncio.wait_for(read_all(ws), 10)
+                closed = ws.closed, code
+        session.stop()
+        await task
+        return paused, stopping, closed
+
+    paused, stopping, closed = asyncio.run(scenario())
+    assert (paused, stopping) == (False, False)
+    assert closed == (True, aiohttp.WSCloseCode.MESSAGE_TOO_BIG)
