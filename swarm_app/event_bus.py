@@ -14,7 +14,7 @@ import logging
 import time
 from typing import Callable
 
-from swarm_app.events import Event, LogRecorded, PhaseProgress
+from swarm_app.events import Event, LogRecorded, PhaseProgress, RunStopped
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +27,7 @@ class EventBus:
         self._subscribers: list[Subscriber] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._last_sent: dict[type, float] = {}
+        self.closed = False
 
     def subscribe(self, subscriber: Subscriber) -> Callable[[], None]:
         """Add a subscriber; returns the function that removes it."""
@@ -38,9 +39,11 @@ class EventBus:
         self._loop = loop
 
     def publish(self, event: Event) -> None:
-        """Deliver now. Call on the loop thread (or before the loop runs)."""
-        if event.replaceable and self._too_soon(event):
+        """Deliver now. Call on the loop thread (or before the loop runs). RunStopped is the last event
+        anyone receives: a loading thread abandoned by a stop may still log after it."""
+        if self.closed or (event.replaceable and self._too_soon(event)):
             return
+        self.closed = isinstance(event, RunStopped)
         for subscriber in list(self._subscribers):
             try:
                 subscriber(event)

@@ -60,6 +60,8 @@ class SwarmApp(App[int]):
         Binding("3", "show_tab('logs')", "Logs", show=False),
         Binding("question_mark", "help", "Help"),
         Binding("q", "quit_run", "Quit"),
+        Binding("ctrl+q", "quit_run", "Quit", show=False, priority=True),
+        Binding("ctrl+c", "quit_run", "Quit", show=False, priority=True),
     ]
 
     def __init__(self, source: Source, controls: Controls | None = None, *, subtitle: str = "",
@@ -82,9 +84,14 @@ class SwarmApp(App[int]):
                 yield LogsView()
         yield Footer()
 
+    REDRAW_S = 0.2
+    """Charts and tables redraw at most 5 times a second: a fast engine finishes rounds in milliseconds."""
+
     def on_mount(self) -> None:
+        self._stale: set[str] = set()
         self.redraw()
         self.query_one(LogsView).redraw(self.state)
+        self.set_interval(self.REDRAW_S, self.flush)
         self.run_source()
 
     @work(exclusive=True, group="source")
@@ -105,12 +112,22 @@ class SwarmApp(App[int]):
         if isinstance(event, LogRecorded):
             self.query_one(LogsView).add(self.state.logs[-1])
         if isinstance(event, (RoundFinished, EvaluationFinished)):
-            self.query_one(RewardChart).show(self.state)
+            self._stale.add("chart")
         if isinstance(event, (PeersUpdated, RoundFinished)):
-            self.refresh_peers()
+            self._stale.add("peers")
         if isinstance(event, RunStopped) and self.controls is None:
             self.notify(self.state.stop_line, title="The node stopped")
-        self.redraw()
+        self._stale.add("dashboard")
+
+    def flush(self) -> None:
+        """Redraw what changed since the last flush."""
+        stale, self._stale = self._stale, set()
+        if "chart" in stale:
+            self.query_one(RewardChart).show(self.state)
+        if "peers" in stale:
+            self.refresh_peers()
+        if "dashboard" in stale:
+            self.redraw()
 
     def redraw(self) -> None:
         self.query_one(Dashboard).show(self.state)

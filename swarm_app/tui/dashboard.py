@@ -48,9 +48,8 @@ class RoundStatus(Static):
         elif s.status == "training" and s.phase:
             doing = f"{s.phase} {s.phase_done}/{s.phase_total}" if s.phase_total else s.phase
         tokens = f"{s.tokens_per_s:,.0f} tok/s" if s.tokens_per_s else "- tok/s"
-        self.update(f"round {s.round + (1 if s.phase else 0)}{of} · {doing} · last round "
-                    f"{_seconds(s.last_round_s)} · {tokens} · ETA {_seconds(s.eta_s)} · "
-                    f"sharing {'on' if s.sharing else 'off'}")
+        self.update(f"round {s.round + (1 if s.phase else 0)}{of} · {doing} · {_seconds(s.last_round_s)}/round · "
+                    f"{tokens} · ETA {_seconds(s.eta_s)} · sharing {'on' if s.sharing else 'off'}")
 
 
 class RewardChart(PlotextPlot):
@@ -81,8 +80,11 @@ class RewardChart(PlotextPlot):
 
 
 class Notice(Static):
+    """The last warning or error with its next step (colours from the theme: readable light or dark)."""
+
     def show(self, s: ViewState) -> None:
-        self.update(Text(s.last_warning or "no warnings", style="bold yellow" if s.last_warning else "dim"))
+        self.set_class(bool(s.last_warning), "-warning")
+        self.update(Text(s.last_warning or "no warnings"))
 
 
 class Dashboard(Vertical):

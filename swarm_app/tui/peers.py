@@ -10,8 +10,7 @@ from textual.widgets import DataTable, Static
 
 from swarm_app.tui.state import ViewState
 
-COLUMNS = ("peer", "address", "reachable", "latency", "received", "accepted", "rejected (main reason)", "used",
-           "last seen")
+COLUMNS = ("peer", "address", "link", "reachable", "rtt", "recv", "accepted", "rejected (why)", "used", "seen")
 
 
 class PeersView(Vertical):
@@ -36,7 +35,8 @@ class PeersView(Vertical):
         rows = sorted(s.peers, key=lambda r: _sort_key(r, self.sort_column))
         for r in rows:
             seen = "-" if not r.last_seen else (f"{max(now - r.last_seen, 0):.0f} s ago" if now else "")
-            table.add_row(Text(r.node_id[:12]), Text(r.address or "-"), "yes" if r.reachable else "no",
+            table.add_row(Text(r.node_id[:12]), Text(r.address or "-"), "up" if r.connected else "-",
+                          "yes" if r.reachable else "no",
                           f"{r.latency_ms:.0f} ms" if r.latency_ms is not None else "-", str(r.received),
                           str(r.accepted), Text(f"{r.rejected} ({r.main_rejection})" if r.rejected else "0"),
                           str(r.used), seen)
@@ -48,6 +48,6 @@ class PeersView(Vertical):
 
 
 def _sort_key(r, column: int):
-    keys = (r.node_id, r.address, not r.reachable, r.latency_ms if r.latency_ms is not None else 1e9,
+    keys = (r.node_id, r.address, not r.connected, not r.reachable, r.latency_ms if r.latency_ms is not None else 1e9,
             -r.received, -r.accepted, -r.rejected, -r.used, -r.last_seen)
     return keys[column]

@@ -98,8 +98,7 @@ class ViewState:
         if not self.total_rounds or not self.round_seconds:
             return None
         per_round = sum(self.round_seconds) / len(self.round_seconds)
-        remaining = max(self.total_rounds - self.round, 0) + (1 if self.phase else 0)
-        return per_round * remaining
+        return per_round * max(self.total_rounds - self.round, 0)  # `round` is the last completed one
 
     @property
     def peer_signal_share(self) -> float | None:

@@ -1,0 +1,38 @@
+"""Snapshots of the dashboard and the peers view at 80x24 and 120x40, fed by the deterministic event
+script (tests/tui/script.py): no clock and no randomness reach the screen. After a deliberate change
+of the look, run `pytest tests/tui/test_snapshots.py --snapshot-update` and look at the new SVGs
+(tests/tui/__snapshots__/) before committing them."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from swarm_app.tui.app import SwarmApp
+from tests.tui.script import T0, dashboard_script, scripted
+
+
+def scripted_app() -> SwarmApp:
+    return SwarmApp(scripted(dashboard_script(), asyncio.Event()), subtitle="/runs/demo", clock=lambda: T0 + 25)
+
+
+def showing(tab: str, theme: str = ""):
+    async def run_before(pilot) -> None:
+        if theme:
+            pilot.app.theme = theme
+        await pilot.press(tab)
+        await pilot.pause()
+        pilot.app.flush()
+        await pilot.pause()
+    return run_before
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)], ids=["80x24", "120x40"])
+@pytest.mark.parametrize("tab", ["1", "2"], ids=["dashboard", "peers"])
+def test_view(snap_compare, size, tab):
+    assert snap_compare(scripted_app(), terminal_size=size, run_before=showing(tab))
+
+
+def test_dashboard_in_a_light_theme(snap_compare):
+    assert snap_compare(scripted_app(), terminal_size=(80, 24), run_before=showing("1", "textual-light"))

@@ -1,0 +1,133 @@
+"""The real command in a real terminal (tmux): `swarm run` on the bundled model, `q` and SIGTERM; and
+SIGTERM for the headless view. Each waits on what the screen or the output shows, bounded."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from swarm_app.training.checkpoint import Checkpoints
+
+pytestmark = pytest.mark.skipif(shutil.which("tmux") is None or sys.platform == "win32", reason="needs tmux")
+
+
+class Terminal:
+    """One tmux server of our own (its own socket), one window running `command`."""
+
+    def __init__(self, command: str, env: dict[str, str], size=(100, 30)) -> None:
+        self.socket = f"swarm-test-{uuid.uuid4().hex[:8]}"
+        exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+        subprocess.run(["tmux", "-L", self.socket, "new-session", "-d", "-x", str(size[0]), "-y", str(size[1]),
+                        f"env {exports} {command}; sleep 60"], check=True)
+
+    def screen(self) -> str:
+        return subprocess.run(["tmux", "-L", self.socket, "capture-pane", "-p"], capture_output=True,
+                              text=True).stdout
+
+    def wait_for(self, predicate, seconds: float = 120.0) -> str:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            text = self.screen()
+            if predicate(text):
+                return text
+            time.sleep(0.2)
+        raise AssertionError(f"the screen never showed what was expected:\n{self.screen()}")
+
+    def keys(self, *keys: str) -> None:
+        subprocess.run(["tmux", "-L", self.socket, "send-keys", *keys], check=True)
+
+    def close(self) -> None:
+        subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True)
+
+
+def a_round_finished(text: str) -> bool:
+    """The title says "training · round N" (the last completed round) with N >= 1."""
+    return re.search(r"training · round [1-9]", text) is not None
+
+
+@pytest.fixture
+def env(tmp_path) -> dict[str, str]:
+    return {"SWARM_HOME": str(tmp_path / "home"), "SWARM_PEER_ENABLED": "false", "SWARM_MODEL_THREADS": "1",
+            "SWARM_TRAIN_EVAL_EVERY": "0", "PATH": os.environ["PATH"], "TERM": "xterm-256color"}
+
+
+def swarm_run(tmp_path: Path, *extra: str) -> str:
+    swarm = shutil.which("swarm") or f"{sys.executable} -m swarm_app"
+    return (f"sh -c 'echo $$ > {tmp_path}/pid; exec {swarm} run --run-dir {tmp_path}/run --rounds 0 {' '.join(extra)}'"
+            f"; echo EXIT=$? > {tmp_path}/exit")  # Textual draws on stderr: no redirection
+
+
+def exit_code(tmp_path: Path, seconds: float = 60.0) -> int:
+    deadline = time.monotonic() + seconds
+    while not (tmp_path / "exit").exists():
+        assert time.monotonic() < deadline, "the command did not end"
+        time.sleep(0.2)
+    return int((tmp_path / "exit").read_text().strip().split("=")[1])
+
+
+def assert_checkpoint_loads(run_dir: Path) -> int:
+    from backends.base import ModelSpec
+    from backends.torch_lora import TorchBackend
+    from swarm_app.paths import bundled_model_dir
+
+    state, folder = Checkpoints(run_dir).load_latest()
+    backend = TorchBackend()
+    backend.load(ModelSpec(str(bundled_model_dir())))
+    backend.load_adapter(folder)  # raises if the checkpoint cannot be loaded
+    backend.close()
+    return state.round
+
+
+@pytest.mark.timeout(300)
+def test_q_in_the_tui_checkpoints_and_exits_0(tmp_path, env):
+    term = Terminal(swarm_run(tmp_path), env)
+    try:
+        screen = term.wait_for(a_round_finished)
+        assert "Dashboard" in screen and "swarm-tiny" in screen
+        term.keys("q")
+        assert exit_code(tmp_path) == 0, term.screen()
+        assert "stopped after round" in term.wait_for(lambda t: "stopped after round" in t, 30)
+    finally:
+        term.close()
+    assert assert_checkpoint_loads(tmp_path / "run") >= 1
+
+
+@pytest.mark.timeout(300)
+def test_sigterm_stops_the_tui_cleanly(tmp_path, env):
+    term = Terminal(swarm_run(tmp_path), env)
+    try:
+        term.wait_for(a_round_finished)
+        os.kill(int((tmp_path / "pid").read_text()), signal.SIGTERM)
+        assert exit_code(tmp_path) == 0, term.screen()
+        assert "stopped after round" in term.wait_for(lambda t: "stopped after round" in t, 30)
+    finally:
+        term.close()
+    assert assert_checkpoint_loads(tmp_path / "run") >= 1
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("when", ["loading", "training"])
+def test_sigterm_stops_the_headless_view_cleanly(tmp_path, env, when):
+    proc = subprocess.Popen([sys.executable, "-m", "swarm_app", "run", "--no-ui", "--log-format", "json",
+                             "--run-dir", str(tmp_path / "run"), "--rounds", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    wanted = "ModelLoading" if when == "loading" else "RoundFinished"
+    for line in proc.stdout:
+        if json.loads(line)["event"] == wanted:
+            break
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    events = [json.loads(line) for line in out.splitlines()]
+    assert proc.returncode == 0 and "Traceback" not in err
+    assert events[-1]["event"] == "RunStopped" and events[-1]["reason"] == "interrupted"
