@@ -10,7 +10,7 @@ Every --sample-s (60 s; 10 s in --minutes 5 quick mode) it records process RSS (
 descriptors, threads and asyncio tasks, and per node: pool and seen-cache sizes, the other bounded
 maps (heard, peer records, addresses, author buckets, rejection reasons), rounds done, bans. After
 each sample it rewrites soak-<M>min.json and .png in --out (atomically: a kill keeps what was
-sampled). --trace adds the top tracemalloc growth since the first sample.
+sampled). --trace adds the top tracemalloc growth since --trace-from-s (90 s: the pool is full).
 
     python benchmarks/soak.py --minutes 5
     nohup python benchmarks/soak.py --minutes 60 > benchmarks/results/soak/soak-60min.log 2>&1 &
@@ -88,9 +88,9 @@ def node_figures(node, rounds: int) -> dict:
 
 
 class Recorder:
-    def __init__(self, out: Path, name: str, meta: dict, trace: bool) -> None:
+    def __init__(self, out: Path, name: str, meta: dict, trace_from_s: float | None) -> None:
         self.json_path, self.png_path = out / f"{name}.json", out / f"{name}.png"
-        self.meta, self.trace = meta, trace
+        self.meta, self.trace_from_s = meta, trace_from_s
         self.samples: list[dict] = []
         self.first_snapshot = None
         self.process = psutil.Process()
@@ -100,7 +100,7 @@ class Recorder:
                "fds": self.process.num_fds(), "threads": self.process.num_threads(),
                "asyncio_tasks": len(asyncio.all_tasks()),
                "nodes": [node_figures(node, rounds[i]) for i, node in enumerate(nodes)]}
-        if self.trace:
+        if self.trace_from_s is not None and row["t_s"] >= self.trace_from_s:
             snapshot = tracemalloc.take_snapshot()
             if self.first_snapshot is None:
                 self.first_snapshot = snapshot
@@ -160,7 +160,7 @@ async def soak(args: argparse.Namespace, work: Path) -> Recorder:
     meta = {"nodes": args.nodes, "minutes": args.minutes, "rate_x": args.rate_x, "round_s": args.round_s,
             "sample_s": args.sample_s, "started": time.strftime("%Y-%m-%d %H:%M:%S"),
             "own_push_rate": config.protocol.own_push_rate, "conn_rate": config.protocol.conn_rate}
-    recorder = Recorder(args.out, name, meta, args.trace)
+    recorder = Recorder(args.out, name, meta, args.trace_from_s if args.trace else None)
     rounds = [0] * args.nodes
     async with local_swarm(args.nodes, config) as nodes:
         await wait_until_meshed(nodes, timeout_s=30)
@@ -204,6 +204,8 @@ def main() -> int:
     parser.add_argument("--sample-s", type=float, default=None, help="default 60 (10 when --minutes <= 5)")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "soak")
     parser.add_argument("--trace", action="store_true", help="record tracemalloc growth (slower)")
+    parser.add_argument("--trace-from-s", type=float, default=90.0,
+                        help="growth is measured from this time on (the pool is full after ~60 s)")
     args = parser.parse_args()
     args.round_s = args.round_s or 8 / (NORMAL_PUSH_RATE * args.rate_x)
     args.sample_s = args.sample_s or (10.0 if args.minutes <= 5 else 60.0)
