@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -58,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--completions", type=int, metavar="L")
     demo.add_argument("--seed", type=int, metavar="S", help="seed of node 0; node i uses S + i (default 0)")
     demo.add_argument("--tasks", metavar="PRESET")
+    demo.add_argument("--no-ui", dest="ui", action="store_false", default=None, help="headless: one line per node per round")
     demo.add_argument("--out", metavar="DIR", help="where the nodes' run folders go (default: a new folder in the data dir)")
 
     watch = commands.add_parser("watch", help="look in on a node running on this machine (read-only)")
@@ -159,7 +161,7 @@ def run_command(args: argparse.Namespace) -> int:
     _log_to_file()
     session = Session(settings, fresh=args.fresh)  # it detects the hardware while loading
     try:
-        if settings.run.ui:
+        if _wants_tui(settings):
             return _run_in_tui(session)
         from swarm_app.headless import HeadlessView
 
@@ -182,6 +184,30 @@ async def _run_until_stopped(session) -> None:
         undo()
 
 
+def _wants_tui(settings) -> bool:
+    """The TUI unless --no-ui, or when there is no terminal to draw on (a pipe, systemd, CI)."""
+    if not settings.run.ui:
+        return False
+    if not (sys.stdin.isatty() and sys.__stderr__.isatty() and sys.stdout.isatty()):
+        log.info("no terminal to draw on: showing the headless view (pass --no-ui to say so)")
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def _terminal_logging_off():
+    """While the TUI owns the terminal, log records reach its Logs tab and the log file, not stderr."""
+    root = logging.getLogger()
+    on_terminal = [h for h in root.handlers if type(h) is logging.StreamHandler]
+    for handler in on_terminal:
+        root.removeHandler(handler)
+    try:
+        yield
+    finally:
+        for handler in on_terminal:
+            root.addHandler(handler)
+
+
 def _run_in_tui(session) -> int:
     from swarm_app.events import RunStopped
     from swarm_app.headless import format_stop
@@ -195,16 +221,8 @@ def _run_in_tui(session) -> int:
         await _run_until_stopped(session)
 
     app = SwarmApp(source, session, subtitle=str(session.run_dir))
-    root = logging.getLogger()
-    on_terminal = [h for h in root.handlers if isinstance(h, logging.StreamHandler)
-                   and not isinstance(h, logging.FileHandler)]
-    for handler in on_terminal:  # the TUI owns the terminal: records reach its Logs tab and the log file
-        root.removeHandler(handler)
-    try:
+    with _terminal_logging_off():
         code = app.run()
-    finally:
-        for handler in on_terminal:
-            root.addHandler(handler)
     if app.error is not None:
         raise app.error
     if stops:
@@ -266,7 +284,13 @@ def demo_command(args: argparse.Namespace) -> int:
 
     out_dir = Path(args.out) if args.out else default_out_dir()
     print(f"demo: {args.nodes} nodes, {settings.train.rounds} rounds, J = {settings.train.external}; runs in {out_dir}")
-    summaries = asyncio.run(run_demo_swarm(settings, args.nodes, out_dir))
+    if _wants_tui(settings):
+        from swarm_app.tui.demo import run_demo_in_tui
+
+        with _terminal_logging_off():
+            summaries = run_demo_in_tui(settings, args.nodes, out_dir)
+    else:
+        summaries = asyncio.run(run_demo_swarm(settings, args.nodes, out_dir))
     print(format_summary(summaries))
     return 1 if any(s.error for s in summaries) else 0
 

@@ -12,7 +12,7 @@ import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import Callable, TextIO
 
 from swarm_app.events import Event, RoundFinished
 from swarm_app.headless import HeadlessView
@@ -50,7 +50,10 @@ def default_out_dir() -> Path:
     return user_dirs().data / "demo" / time.strftime("%Y%m%d-%H%M%S")
 
 
-async def run_demo_swarm(base: Settings, nodes: int, out_dir: Path, stream: TextIO | None = None) -> list[NodeSummary]:
+async def run_demo_swarm(base: Settings, nodes: int, out_dir: Path, stream: TextIO | None = None,
+                         on_session: Callable[[int, Session], None] | None = None) -> list[NodeSummary]:
+    """Run the demo; node lines go to `stream` unless `on_session(index, session)` is given (the TUI
+    subscribes there, and nothing is printed)."""
     from swarm_app.peer.demo import run_demo  # deferred: aiohttp
 
     summaries = [NodeSummary(i) for i in range(nodes)]
@@ -72,15 +75,19 @@ async def run_demo_swarm(base: Settings, nodes: int, out_dir: Path, stream: Text
                 summary.local_reward += m.reward_local_sum
                 summary.total_reward += m.reward_local_sum + m.reward_external_sum
                 summary.used += m.n_external
-                view(event)
+                if on_session is None:
+                    view(event)
 
         session = Session(node_settings(base, index, out_dir), exchange=node, on_event=on_event, fresh=True)
         sessions.append(session)
+        if on_session is not None:
+            on_session(index, session)
         try:
             async with opening:
                 await asyncio.to_thread(session.open)
             await session.run()
-            summary.heldout_acc = (await asyncio.to_thread(session.trainer.evaluate)).accuracy
+            if session.trainer is not None and not session.stopping:  # a stopped demo ends without one
+                summary.heldout_acc = (await asyncio.to_thread(session.trainer.evaluate)).accuracy
         except Exception as exc:  # one node's failure is shown in the summary; the others go on
             summary.error = f"{type(exc).__name__}: {exc}"
             raise

@@ -149,6 +149,11 @@ class Session:
         self._eval_requested = False
         self._alone_warned = False
 
+    @property
+    def stopping(self) -> bool:
+        """A stop was asked for (by a view, a signal or the demo)."""
+        return self._stopping
+
     def subscribe(self, subscriber: Callable[[Event], None]) -> Callable[[], None]:
         """Receive every event from now on (on the loop); returns the function that unsubscribes."""
         return self.events.subscribe(subscriber)
@@ -457,6 +462,8 @@ class Session:
     async def _join_swarm(self) -> None:
         """Start this user's peer node. It never blocks training: unreachable peers are retried later."""
         if self.peer_config is None:
+            if self.peer_node is not None:  # a node the caller runs (the demo)
+                self.events.publish(SwarmJoined(self.peer_node.node_id, self.peer_node.address or ""))
             return
         from swarm_app.peer.node import PeerNode  # deferred: only networked runs need aiohttp's server side
 

@@ -24,8 +24,9 @@ from swarm_app.tui.messages import SessionEvent
 from swarm_app.tui.peers import PeersView
 from swarm_app.tui.state import ViewState
 
-Source = Callable[[Callable[[Event], None]], Awaitable[object]]
-"""`source(deliver)` runs until the node stops, calling `deliver(event)` on the app's loop."""
+Source = Callable[[Callable[..., None]], Awaitable[object]]
+"""`source(deliver)` runs until the node stops, calling `deliver(event)` on the app's loop
+(`deliver(event, node)` when it feeds several nodes, numbered from 0)."""
 
 HELP = ("p  pause / resume training (the node keeps sharing)\n"
         "s  sharing on / off\n"
@@ -33,6 +34,8 @@ HELP = ("p  pause / resume training (the node keeps sharing)\n"
         "t  chart: rewards / held-out accuracy per task\n"
         "l  logs: lowest level shown\n"
         "1 2 3  dashboard, peers, logs\n"
+        "n  next node (swarm demo)\n"
+        "F12  save a screenshot (SVG)\n"
         "q  quit (checkpoint first)")
 
 
@@ -58,6 +61,8 @@ class SwarmApp(App[int]):
         Binding("1", "show_tab('dashboard')", "Dashboard", show=False),
         Binding("2", "show_tab('peers')", "Peers", show=False),
         Binding("3", "show_tab('logs')", "Logs", show=False),
+        Binding("n", "next_node", "Next node", show=False),
+        Binding("f12", "save_picture", "Screenshot", show=False),
         Binding("question_mark", "help", "Help"),
         Binding("q", "quit_run", "Quit"),
         Binding("ctrl+q", "quit_run", "Quit", show=False, priority=True),
@@ -65,11 +70,16 @@ class SwarmApp(App[int]):
     ]
 
     def __init__(self, source: Source, controls: Controls | None = None, *, subtitle: str = "",
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, nodes: int = 1,
+                 node_controls: dict[int, Controls] | None = None) -> None:
+        """`controls` steer the one node (None: read-only); with `nodes` > 1, `node_controls` maps each
+        node to its controls as they appear, and `n` switches between the nodes."""
         super().__init__()
-        self.source, self.controls, self.clock = source, controls, clock
-        self.state = ViewState()
-        self.sub_title = subtitle
+        self.source, self.clock = source, clock
+        self.node_controls = node_controls if node_controls is not None else ({0: controls} if controls else {})
+        self.states = [ViewState() for _ in range(nodes)]
+        self.selected = 0
+        self.subtitle = subtitle
         self.error: SwarmError | None = None
         """What ended the run, when the node stopped on an error the user can fix."""
 
@@ -94,10 +104,18 @@ class SwarmApp(App[int]):
         self.set_interval(self.REDRAW_S, self.flush)
         self.run_source()
 
+    @property
+    def state(self) -> ViewState:
+        return self.states[self.selected]
+
+    @property
+    def controls(self) -> Controls | None:
+        return self.node_controls.get(self.selected)
+
     @work(exclusive=True, group="source")
     async def run_source(self) -> None:
         try:
-            await self.source(lambda event: self.post_message(SessionEvent(event)))
+            await self.source(lambda event, node=0: self.post_message(SessionEvent(event, node)))
         except SwarmError as exc:
             self.error = exc
             self.exit(exc.exit_code)
@@ -108,7 +126,9 @@ class SwarmApp(App[int]):
     @on(SessionEvent)
     def on_session_event(self, message: SessionEvent) -> None:
         event = message.event
-        self.state.apply(event)
+        self.states[message.node].apply(event)
+        if message.node != self.selected:
+            return
         if isinstance(event, LogRecorded):
             self.query_one(LogsView).add(self.state.logs[-1])
         if isinstance(event, (RoundFinished, EvaluationFinished)):
@@ -131,7 +151,9 @@ class SwarmApp(App[int]):
 
     def redraw(self) -> None:
         self.query_one(Dashboard).show(self.state)
-        self.sub_title = f"{self.state.status} · round {self.state.round}" + (" · read-only" if not self.controls else "")
+        node = f"node {self.selected + 1} of {len(self.states)} (n: next) · " if len(self.states) > 1 else ""
+        mode = "" if self.controls else " · read-only"
+        self.sub_title = f"{node}{self.state.status} · round {self.state.round}{mode} · {self.subtitle}"
 
     def refresh_peers(self) -> None:
         self.query_one(PeersView).show(self.state, self.clock())
@@ -167,12 +189,30 @@ class SwarmApp(App[int]):
     def action_show_tab(self, tab: str) -> None:
         self.query_one(TabbedContent).active = tab
 
+    def action_next_node(self) -> None:
+        if len(self.states) > 1:
+            self.selected = (self.selected + 1) % len(self.states)
+            self._stale |= {"chart", "peers", "dashboard"}
+            self.query_one(LogsView).redraw(self.state)
+            self.flush()
+
+    def action_save_picture(self) -> None:
+        """An SVG of the screen in the user data dir (to share, or for the docs)."""
+        from swarm_app.paths import user_dirs
+
+        folder = user_dirs().data / "screenshots"
+        folder.mkdir(parents=True, exist_ok=True)
+        path = self.save_screenshot(path=str(folder))
+        self.notify(f"saved {path}", title="Screenshot")
+
     def action_help(self) -> None:
         self.notify(HELP, title="Keys", timeout=10)
 
     def action_quit_run(self) -> None:
-        if self.controls is None or self.state.status == "stopped":
+        running = [c for i, c in self.node_controls.items() if self.states[i].status != "stopped"]
+        if not running:
             self.exit(0)
             return
         self.notify("stopping: checkpointing the last completed round")
-        self.controls.stop()  # run_source exits the app once the session has checkpointed and stopped
+        for controls in running:
+            controls.stop()  # run_source exits the app once every session has checkpointed and stopped

@@ -11,10 +11,12 @@ class SessionEvent(Message):
     """A session event for the app. Progress events replace a queued one of their kind, so a slow
     terminal draws the newest progress instead of working through stale ones."""
 
-    def __init__(self, event: Event) -> None:
+    def __init__(self, event: Event, node: int = 0) -> None:
         super().__init__()
         self.event = event
+        self.node = node
+        """Which node it came from (`swarm demo` shows several)."""
 
     def can_replace(self, message: Message) -> bool:
-        return (isinstance(message, SessionEvent) and self.event.replaceable
+        return (isinstance(message, SessionEvent) and self.event.replaceable and message.node == self.node
                 and type(message.event) is type(self.event))
