@@ -38,7 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser("run", help="train round after round (resumes the run it finds)")
     _common_model_flags(run)
-    run.add_argument("--no-ui", dest="ui", action="store_false", default=None, help="headless: one line per round")
+    run.add_argument("--no-ui", dest="ui", action="store_false", default=None,
+                     help="headless: one line per round (also when there is no terminal)")
     run.add_argument("--tasks", metavar="PRESET", help="task mix: easy (default) or paper")
     run.add_argument("--rounds", type=int, metavar="N", help="rounds in total (a resumed run continues up to N)")
     run.add_argument("--local", type=int, metavar="I", help="own questions per round")
@@ -103,8 +104,8 @@ def _peer_flags(parser: argparse.ArgumentParser) -> None:
 def _common_model_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE", help="config file (default: config.toml in the user config dir)")
     parser.add_argument("--model", metavar="PATH_OR_HF_ID", help="model folder or cached Hugging Face id")
-    parser.add_argument("--backend", metavar="NAME", help="auto, torch or fake")
-    parser.add_argument("--threads", type=int, metavar="N", help="CPU threads for the engine")
+    parser.add_argument("--backend", metavar="NAME", help="auto (default), torch, llama_cpp or fake; see swarm doctor")
+    parser.add_argument("--threads", type=int, metavar="N", help="CPU threads for the engine (0: one per physical core)")
 
 
 def load_settings_for(args: argparse.Namespace):
