@@ -9,6 +9,7 @@ to record; nothing here retries, scores or logs above debug.
 from __future__ import annotations
 
 import asyncio
+import time
 import json
 import logging
 from typing import Any
@@ -42,8 +43,9 @@ def base_url(addr: str) -> str:
 
 
 async def dial(session: aiohttp.ClientSession, addr: str, identity: Identity, listen: str | None,
-               timeout_s: float, heartbeat_s: float) -> tuple[aiohttp.ClientWebSocketResponse, Hello]:
-    """Open a websocket to `addr` and complete the hello; the caller owns the returned socket."""
+               timeout_s: float, heartbeat_s: float) -> tuple[aiohttp.ClientWebSocketResponse, Hello, float]:
+    """Open a websocket to `addr` and complete the hello; the caller owns the returned socket. The float
+    is the hello's round trip in seconds (our hello out, theirs back): the latency the views show."""
     handshake = ClientHandshake(identity, listen)
     try:
         async with asyncio.timeout(timeout_s):
@@ -51,7 +53,9 @@ async def dial(session: aiohttp.ClientSession, addr: str, identity: Identity, li
                                           timeout=aiohttp.ClientWSTimeout(ws_receive=None, ws_close=timeout_s))
             try:
                 await ws.send_str(encode(handshake.start()))
+                sent = time.perf_counter()
                 reply = await ws.receive()
+                rtt_s = time.perf_counter() - sent
                 if reply.type != aiohttp.WSMsgType.TEXT:
                     raise PeerUnavailable(f"{addr} closed during the hello ({reply.type.name})")
                 answer = decode_frame(reply.data)
@@ -67,7 +71,7 @@ async def dial(session: aiohttp.ClientSession, addr: str, identity: Identity, li
     except (aiohttp.ClientError, OSError, TimeoutError) as exc:
         raise PeerUnavailable(f"{addr} unreachable: {exc.__class__.__name__}") from None
     assert handshake.peer is not None
-    return ws, handshake.peer
+    return ws, handshake.peer, rtt_s
 
 
 async def get_json(session: aiohttp.ClientSession, url: str, timeout_s: float, params: Any = None) -> Any:

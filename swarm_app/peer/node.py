@@ -321,8 +321,8 @@ class PeerNode:
     async def _dial(self, addr: str) -> None:
         assert self._session is not None
         try:
-            ws, hello = await client.dial(self._session, addr, self.identity, self.address,
-                                          self.config.handshake_timeout_s, self.config.heartbeat_s)
+            ws, hello, rtt_s = await client.dial(self._session, addr, self.identity, self.address,
+                                                 self.config.handshake_timeout_s, self.config.heartbeat_s)
         except client.PeerUnavailable as exc:
             self.core.counters["dial_failures"] += 1
             self._execute(self.core.on_dial_failed(addr, self.clock(), exc.http_only, exc.busy))
@@ -333,10 +333,12 @@ class PeerNode:
             self.core.on_dial_failed(addr, self.clock())
             log.info("peer at %s failed the hello: %s", addr, exc)
             return
-        await self.serve(ws, hello, "out", addr, parse_address(addr)[0])
+        await self.serve(ws, hello, "out", addr, parse_address(addr)[0], rtt_s=rtt_s)
 
-    async def serve(self, ws: Any, hello: Hello, direction: str, dialed: str | None, ip: str) -> None:
-        """Run one established connection until it closes (both directions use this)."""
+    async def serve(self, ws: Any, hello: Hello, direction: str, dialed: str | None, ip: str,
+                    rtt_s: float | None = None) -> None:
+        """Run one established connection until it closes (both directions use this); `rtt_s` is the
+        hello's round trip, kept as the peer's latency for the views."""
         self._next_conn += 1
         conn = self._next_conn
         refusal, actions = self.core.on_connected(conn, hello.node, direction, dialed, ip, hello.listen, self.clock())
@@ -346,6 +348,8 @@ class PeerNode:
                          "the same key (an identity imported on two machines?)", dialed)
             await client.bye_and_close(ws, refusal, self.config.request_timeout_s)
             return
+        if rtt_s is not None:
+            self.core.peers.get(hello.node, self.clock()).latency_ms = round(rtt_s * 1000, 1)
         link = self._links[conn] = Link(ws, asyncio.Queue(maxsize=SEND_QUEUE))
         link.writer = asyncio.get_running_loop().create_task(self._writer(link))
         self._execute(actions)

@@ -52,6 +52,8 @@ class PeerRecord:
     bans: int = 0
     banned_until: float = 0.0
     last_seen: float = 0.0
+    latency_ms: float | None = None
+    """Round trip of the last hello with this peer."""
 
     @property
     def mean_advantage(self) -> float | None:

@@ -105,9 +105,9 @@ async def websocket(request: web.Request) -> web.StreamResponse:
         ws = web.WebSocketResponse(max_msg_size=WS_MAX_MSG_SIZE, heartbeat=node.config.heartbeat_s,
                                    compress=False, timeout=node.config.request_timeout_s)
         await ws.prepare(request)
-        hello = await handshake(ws, node)
-        if hello is not None:
-            await node.serve(ws, hello, "in", None, ip)
+        done = await handshake(ws, node)
+        if done is not None:
+            await node.serve(ws, done[0], "in", None, ip, rtt_s=done[1])
         else:
             await ws.close()
     finally:
@@ -115,8 +115,9 @@ async def websocket(request: web.Request) -> web.StreamResponse:
     return ws
 
 
-async def handshake(ws: web.WebSocketResponse, node: "PeerNode") -> Hello | None:
-    """Server side of the hello. None (counted as a "handshake" rejection) when it fails."""
+async def handshake(ws: web.WebSocketResponse, node: "PeerNode") -> tuple[Hello, float] | None:
+    """Server side of the hello: the peer's hello and the round trip of ours (seconds). None (counted
+    as a "handshake" rejection) when it fails."""
     hs = ServerHandshake(node.identity, node.address)
     try:
         async with asyncio.timeout(node.config.handshake_timeout_s):
@@ -125,7 +126,9 @@ async def handshake(ws: web.WebSocketResponse, node: "PeerNode") -> Hello | None
                 await ws.send_str(encode({"t": "bye", "reason": "banned"}))  # before spending a signature
                 return None
             await ws.send_str(encode(hs.on_client_hello(hello)))
-            return hs.on_client_proof(await _text(ws))
+            sent = time.perf_counter()
+            proof = await _text(ws)
+            return hs.on_client_proof(proof), time.perf_counter() - sent
     except (TimeoutError, MessageError, HandshakeError, ConnectionError, aiohttp.ClientError) as exc:
         log.debug("inbound hello failed: %s", exc)
         node.core.rejected["handshake"] += 1

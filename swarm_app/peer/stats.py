@@ -78,7 +78,7 @@ def snapshot(node: "PeerNode") -> NodeStats:
         PeerSnapshot(r.node_id, r.address, r.node_id in connected, connected.get(r.node_id),
                      -round(r.offense.value(now), 3), r.is_banned(now), r.received, r.accepted,
                      dict(r.rejected), r.authored, r.used, r.mean_advantage, r.last_seen,
-                     _dialed_ok(core, r.address))
+                     _dialed_ok(core, r.address), r.latency_ms)
         for r in core.peers.records() if r.node_id != core.node_id)
     directions = list(connected.values())
     return NodeStats(core.node_id, node.address, core.config.share, directions.count("in"), directions.count("out"),

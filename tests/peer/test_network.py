@@ -158,3 +158,11 @@ async def test_record_used_feeds_the_peer_row():
         await asyncio.sleep(0.05)
         row = next(p for p in b.stats().peers if p.node_id == a.node_id)
         assert row.used == 2 and abs(row.mean_advantage - 0.2) < 1e-9
+
+
+async def test_both_ends_know_each_others_latency_from_the_hello():
+    async with local_swarm(2, fast_config()) as (a, b):
+        assert await wait_until_meshed([a, b], timeout_s=20)
+        rows = [row for node in (a, b) for row in node.stats().peers if row.connected]
+        assert len(rows) == 2
+        assert all(row.latency_ms is not None and 0 < row.latency_ms < 5000 for row in rows)
