@@ -261,7 +261,7 @@ def eval_command(args: argparse.Namespace) -> int:
     if args.n < 1:
         raise UsageError(f"--n {args.n} must be at least 1")
     from swarm_app.evaluate_command import run_eval
-    from swarm_app.session import detect_hardware
+    from swarm_app.run_setup import detect_hardware
 
     report = run_eval(settings, Path(args.adapter) if args.adapter else None, args.n, detect_hardware(settings.model.backend))
     result = report.result
@@ -308,7 +308,7 @@ def doctor_command(args: argparse.Namespace) -> int:
 
 def watch_command(args: argparse.Namespace) -> int:
     settings = load_settings_for(args)
-    from swarm_app.session import run_dir_of
+    from swarm_app.run_setup import run_dir_of
     from swarm_app.watch_command import watch
 
     return watch(run_dir_of(settings), settings.run.ui, settings.run.log_format)

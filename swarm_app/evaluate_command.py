@@ -10,7 +10,7 @@ from backends.base import BackendError, Hardware
 from swarm_app import tasks
 from swarm_app.errors import ModelError
 from swarm_app.models import resolve
-from swarm_app.session import model_spec
+from swarm_app.run_setup import model_spec
 from swarm_app.settings import Settings
 from swarm_app.sizing import recommend
 from swarm_app.training.checkpoint import Checkpoints

@@ -12,82 +12,32 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import logging
-import random
 import threading
-import time
 from pathlib import Path
 from typing import Callable
 
 from backends import registry
-from backends.base import BackendError, Cancelled, Hardware, LoraConfig, ModelSpec, OptimConfig, Sampling
+from backends.base import BackendError, Cancelled, Hardware, Sampling
 from swarm_app import tasks
-from swarm_app.errors import CheckpointError, ModelError, SwarmError, UsageError
+from swarm_app.errors import CheckpointError, ModelError, SwarmError
 from swarm_app.event_bus import EventBus, LogForwarder
 from swarm_app.events import (CheckpointSaved, Event, ModelLoading, RoundFinished, RoundStarted,
                               RunStarted, RunStopped, SharingChanged, SwarmJoined, TrainingPaused, TrainingResumed)
-from swarm_app.files import check_writable_folder, write_text_atomic
+from swarm_app.files import check_writable_folder
 from swarm_app.models import resolve
-from swarm_app.paths import user_dirs
 from swarm_app.peer_tracker import PeerTracker
 from swarm_app.rollouts import RolloutExchange
-from swarm_app.settings import PeerSettings, Settings, describe
+from swarm_app.settings import Settings
 from swarm_app.sizing import recommend
-from swarm_app.training.checkpoint import Checkpoints, CheckpointState, read_state
+from swarm_app.run_setup import (check_run_matches, detect_hardware, load_checkpoint_adapter, model_spec,
+                                 move_old_run_aside, peer_config, run_dir_of, run_seed, usable_listen,
+                                 write_failed, write_run_file)
+from swarm_app.training.checkpoint import Checkpoints, CheckpointState
 from swarm_app.training.loop import RoundAbandoned, RoundPlan, Trainer
 from swarm_app.training.metrics import MetricsLog
 
 log = logging.getLogger(__name__)
-
-RUN_FILE = "run.json"
-"""What a run was started with; a resume with another model or preset is refused."""
-
-
-def peer_config(settings: Settings):
-    """The peer node's configuration from the [peer] settings; bad addresses raise UsageError."""
-    from swarm_app.peer.config import PeerConfig, check_address
-
-    peer = settings.peer
-    config = PeerConfig(listen=check_address(peer.listen, "peer.listen"),
-                        bootstrap=tuple(check_address(a, "peer.peers") for a in peer.peers), mdns=peer.mdns,
-                        metrics_listen=check_address(peer.metrics_listen, "peer.metrics_listen") if peer.metrics_listen else None)
-    return config.with_protocol(share=peer.share)
-
-
-def model_spec(settings: Settings, model_dir: Path, trainable: bool = True, *, model_id: str = "",
-               threads: int = 0) -> ModelSpec:
-    """What a backend needs to load the model with this run's LoRA and optimizer settings.
-    `threads` 0: the setting, or 1 where the setting is 0 (auto) and no recommendation was made."""
-    lora, t = settings.lora, settings.train
-    return ModelSpec(str(model_dir), LoraConfig(lora.rank, lora.alpha, lora.dropout, tuple(lora.target_modules)),
-                     OptimConfig(t.learning_rate, t.weight_decay, t.epochs, t.minibatches, t.clip_low, t.clip_high,
-                                 t.max_grad_norm),
-                     threads=threads or settings.model.threads or 1, trainable=trainable, model_id=model_id,
-                     cache_dir=str(user_dirs().cache))
-
-
-def any_port(listen: str) -> str:
-    host = listen.rsplit(":", 1)[0]
-    return f"{host}:0"
-
-
-def _load_adapter(backend, engine: str, folder: Path) -> None:
-    """Load a checkpoint's adapter; damage is a CheckpointError (the caller tries an older one), a
-    checkpoint of another engine's adapter format a UsageError (an older one would not fit either)."""
-    conflict = registry.resume_conflict(read_state(folder).backend, engine)
-    if conflict:
-        raise UsageError(conflict)
-    try:
-        backend.load_adapter(folder)
-    except BackendError as exc:
-        raise CheckpointError(str(exc)) from None
-
-
-def write_failed(path: Path, exc: OSError) -> SwarmError:
-    return SwarmError(f"cannot write {path} ({exc.strerror or exc}); free disk space or fix its permissions, "
-                      "then run the same command again: it resumes from the last checkpoint", title="Disk")
-
 
 def _settle(loop: asyncio.AbstractEventLoop, future: asyncio.Future, exc: BaseException | None) -> None:
     """Resolve `future` from another thread; a loop that already closed (the run ended) is left be."""
@@ -98,19 +48,6 @@ def _settle(loop: asyncio.AbstractEventLoop, future: asyncio.Future, exc: BaseEx
         loop.call_soon_threadsafe(settle)
     except RuntimeError:
         pass
-
-
-def detect_hardware(backend: str) -> Hardware:
-    """What this machine has; nothing is probed for the fake engine, which needs nothing."""
-    if backend == "fake":
-        return Hardware()
-    from swarm_app.hardware import detect
-
-    return detect()
-
-
-def run_dir_of(settings: Settings) -> Path:
-    return Path(settings.run.run_dir).expanduser() if settings.run.run_dir else user_dirs().default_run
 
 
 class Session:
@@ -206,39 +143,21 @@ class Session:
         self.model = resolve(self.settings.model.path)
         model_dir = self.model.folder
         check_writable_folder(self.run_dir, "--run-dir")
-        started = self._check_run_matches(model_dir)
-        self.seed = self._seed(started)
+        started = check_run_matches(self.run_dir, model_dir, self.settings.tasks.preset, self.fresh)
+        self.seed = run_seed(self.settings, started)
         if self.peer_config is not None:
-            self.peer_config = self._usable_listen(self.peer_config)
+            self.peer_config = usable_listen(self.peer_config, self.settings)
         if self._already_finished():
             return
         backend = self._load_backend(model_dir)
         if self.fresh:
-            self._move_old_run_aside()
+            move_old_run_aside(self.run_dir)
         if self.checkpoints.exists():
             self._resume(backend)
         else:
             self.metrics.keep_rounds(0)  # rows of rounds that never reached a checkpoint
-        self._write_run_file(model_dir)
+        write_run_file(self.run_dir, model_dir, self.settings, self.seed, self.backend_name)
         self.trainer = Trainer(backend, self._plan(specs), self.exchange, self.events.publish_threadsafe)
-
-    def _usable_listen(self, config):
-        """The config with a listen address that binds now: a busy default port becomes any free port
-        (with a warning); a busy address the user chose is an error."""
-        from swarm_app.peer.addressbook import parse_address
-        from swarm_app.peer.ports import bind_error
-
-        host, port = parse_address(config.listen)
-        error = bind_error(host, port)
-        if error is None:
-            return config
-        reason = error.strerror or str(error)
-        if self.settings.peer.listen != PeerSettings.listen:
-            raise UsageError(f"cannot listen on {config.listen}: {reason}; choose another address with --listen "
-                             f"(port 0 picks any free port)", title="Network")
-        log.warning("port %d is taken (%s; another swarm node on this machine?): listening on a free port "
-                    "instead; pass --listen HOST:PORT to choose one", port, reason)
-        return dataclasses.replace(config, listen=any_port(config.listen))
 
     def _already_finished(self) -> bool:
         """True when the run already did all its rounds: then nothing is loaded and run() only says so."""
@@ -274,53 +193,13 @@ class Session:
                          Sampling(m.max_new_tokens, m.temperature, m.top_p), t.keep_zero_advantage_local,
                          t.eval_every, tasks.heldout(specs, t.eval_n))
 
-    def _seed(self, started: dict) -> int:
-        """The run's seed: the flag or setting, else the one the run started with, else a new random one."""
-        if self.settings.train.seed >= 0:
-            return self.settings.train.seed
-        if "seed" in started:
-            return int(started["seed"])
-        return random.SystemRandom().randrange(tasks.HELDOUT_SEED)
-
-    def _check_run_matches(self, model_dir: Path) -> dict:
-        """What the existing run was started with ({} for a new run); refuses a different model or preset."""
-        path = self.run_dir / RUN_FILE
-        if self.fresh or not path.exists():
-            return {}
-        try:
-            started = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise CheckpointError(f"{path} is unreadable ({exc}); start over with --fresh or choose another --run-dir") from None
-        mismatches = [f"{key} {started.get(key)!r} (now {now!r})"
-                      for key, now in (("model", str(model_dir)), ("preset", self.settings.tasks.preset))
-                      if started.get(key) != now]
-        if mismatches:
-            raise UsageError(f"the run in {self.run_dir} was started with {', '.join(mismatches)}; "
-                             "resume it with the same settings, start over with --fresh, or choose another --run-dir")
-        return started
-
-    def _move_old_run_aside(self) -> None:
-        if self.run_dir.exists() and any(self.run_dir.iterdir()):
-            aside = self.run_dir.with_name(f"{self.run_dir.name}.old-{time.strftime('%Y%m%d-%H%M%S')}")
-            self.run_dir.rename(aside)
-            log.info("moved the previous run to %s", aside)
-
     def _resume(self, backend) -> None:
-        state, folder = self.checkpoints.restore(lambda folder: _load_adapter(backend, self.backend_name, folder))
+        state, folder = self.checkpoints.restore(lambda folder: load_checkpoint_adapter(backend, self.backend_name, folder))
         self.metrics.keep_rounds(state.round)
         self.metrics_rows = len(self.metrics.rows())
         self.last_checkpoint = str(folder)
         self.next_round = state.round + 1
         log.info("resuming %s after round %d", self.run_dir, state.round)
-
-    def _write_run_file(self, model_dir: Path) -> None:
-        path = self.run_dir / RUN_FILE
-        if path.exists():
-            return
-        info = {"model": str(model_dir), "preset": self.settings.tasks.preset, "seed": self.seed,
-                "backend": self.backend_name,
-                "created": time.time(), "settings": describe(self.settings)}
-        write_text_atomic(path, json.dumps(info, indent=2))
 
     # -- running ----------------------------------------------------------------------------
     async def run(self) -> int:
