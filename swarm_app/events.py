@@ -50,6 +50,8 @@ class RoundMetrics:
     heldout_acc: float | None = None
     """Held-out accuracy, on evaluation rounds only."""
     eval_s: float | None = None
+    rss_bytes: int = 0
+    """Resident memory of the process after the round (0: unknown)."""
     peers: int | None = None
     """Connected neighbours at the end of the round (None when the node is offline)."""
     pool: int | None = None
@@ -93,6 +95,8 @@ class RunStarted(Event):
     """What the engine holds (model, adapter, optimizer)."""
     advice: str = ""
     """The hardware recommendation (threads, model size, batch) and why."""
+    ram_total_bytes: int = 0
+    """This machine's memory (0: not probed, e.g. for the fake engine)."""
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,16 @@ from swarm_app.training.metrics import MetricsLog
 
 log = logging.getLogger(__name__)
 
+def _process_memory() -> int:
+    """This process's resident memory in bytes (0 where psutil cannot tell): shown live, kept per round."""
+    import psutil  # deferred: ~10 ms, and only running sessions need it
+
+    try:
+        return psutil.Process().memory_info().rss
+    except psutil.Error:
+        return 0
+
+
 def _settle(loop: asyncio.AbstractEventLoop, future: asyncio.Future, exc: BaseException | None) -> None:
     """Resolve `future` from another thread; a loop that already closed (the run ended) is left be."""
     def settle() -> None:
@@ -262,7 +272,7 @@ class Session:
         self.events.publish(RunStarted(str(self.run_dir), self.backend_name, self.backend_reason,
                                        trainer.backend.model_id, self.settings.tasks.preset, self.next_round, total,
                                        trainer.backend.device(), trainer.backend.memory(),
-                                       self.advice.reason if self.advice else ""))
+                                       self.advice.reason if self.advice else "", self.hardware.ram_bytes))
         last_saved = last_done = self.next_round - 1
         reason = "finished"
         watcher = None
@@ -279,7 +289,7 @@ class Session:
                     metrics = await asyncio.to_thread(trainer.run_round, t)
                 except RoundAbandoned:
                     break
-                metrics = dataclasses.replace(metrics, **self._swarm_figures())
+                metrics = dataclasses.replace(metrics, rss_bytes=_process_memory(), **self._swarm_figures())
                 await asyncio.to_thread(self._record, metrics.to_row())
                 last_done, self.next_round = t, t + 1
                 self.events.publish(RoundFinished(metrics))

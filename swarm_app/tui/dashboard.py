@@ -18,6 +18,13 @@ def _mb(n: int) -> str:
     return f"{n / 2**20:.0f} MB" if n else "-"
 
 
+def _memory(s: ViewState) -> str:
+    """"model 17 MB · process 210 MB of 24 GB": what the engine holds, what the process uses, of what."""
+    total = f" of {s.ram_total_bytes / 2**30:.0f} GB" if s.ram_total_bytes else ""
+    process = f" · process {_mb(s.process_bytes)}{total}" if s.process_bytes else ""
+    return f"model {_mb(s.memory_bytes)}{process}"
+
+
 def _seconds(s: float | None) -> str:
     if s is None:
         return "-"
@@ -31,11 +38,11 @@ class EngineBadge(Static):
         if s.status in ("starting", "loading"):
             self.update(Text(f"{s.loading_step or 'starting'}: model {s.model or '-'}, engine {s.backend or 'auto'}"))
             return
-        line1 = Text.assemble((f" {s.backend} ", "reverse bold"), f" {s.device or 'cpu'} · {_mb(s.memory_bytes)} · ",
-                              s.backend_reason)
+        line1 = Text.assemble((f" {s.backend} ", "reverse bold"), f" {s.device or 'cpu'} · {_memory(s)}")
+        why = Text(f"chosen: {s.backend_reason}", style="dim")
         line2 = Text(f"model {s.model} · tasks {s.preset} · " + (f"node {s.node_id[:12]} on {s.address}"
                                                                if s.node_id else "offline (training alone)"))
-        self.update(Text("\n").join([line1, line2]))
+        self.update(Text("\n").join([line1, why, line2]))
 
 
 class RoundStatus(Static):

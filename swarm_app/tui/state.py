@@ -62,6 +62,8 @@ class ViewState:
     backend_reason: str = ""
     device: str = ""
     memory_bytes: int = 0
+    process_bytes: int = 0
+    ram_total_bytes: int = 0
     preset: str = ""
     run_dir: str = ""
     node_id: str = ""
@@ -109,6 +111,7 @@ class ViewState:
 def _run_started(s: ViewState, e: RunStarted) -> None:
     s.status, s.model, s.backend, s.backend_reason = "training", safe_text(e.model_id), e.backend, e.backend_reason
     s.device, s.memory_bytes, s.preset, s.run_dir = e.device, e.memory_bytes, e.preset, e.run_dir
+    s.ram_total_bytes = e.ram_total_bytes
     s.total_rounds, s.round = e.total_rounds, e.start_round - 1
 
 
@@ -128,6 +131,7 @@ def _round_finished(s: ViewState, e: RoundFinished) -> None:
     m, c = e.metrics, s.curves
     s.round, s.phase, s.last_round_s = m.round, "", m.round_s
     s.round_seconds.append(m.round_s)
+    s.process_bytes = m.rss_bytes or s.process_bytes
     s.tokens_per_s = m.tokens / m.gen_s if m.gen_s > 0 else None
     c.rounds.append(m.round)
     c.local.append(m.reward_local)

@@ -17,7 +17,7 @@ def metrics(t: int, external: bool = True) -> RoundMetrics:
     return RoundMetrics(round=t, reward_local=round(local, 3), reward_external=ext, reward_local_sum=local * 64,
                         reward_external_sum=(ext or 0) * 16, n_local=8, n_external=2 if external else 0,
                         groups_with_signal=6, tokens=1500, train_tokens=900, loss=0.01, clipped_fraction=0.0,
-                        gen_s=1.0, train_s=0.5, time=T0 + 2 * t, round_s=2.0, peers=3, pool=40,
+                        gen_s=1.0, train_s=0.5, time=T0 + 2 * t, round_s=2.0, rss_bytes=(200 + t) * 2**20, peers=3, pool=40,
                         rollouts_published=8 * t, rollouts_sent=16 * t, rollouts_accepted=5 * t, rollouts_rejected=1)
 
 
@@ -35,7 +35,7 @@ def peers_updated(rows) -> PeersUpdated:
 
 def dashboard_script(rounds: int = 12) -> list:
     events = [RunStarted("/runs/demo", "torch", "torch on CPU (no CUDA GPU found)", "swarm-tiny", "easy", 1, 20,
-                         "cpu", 17 * 2**20),
+                         "cpu", 17 * 2**20, "", 24 * 2**30),
               SwarmJoined("ab" * 16, "127.0.0.1:47470")]
     for t in range(1, rounds + 1):
         events.append(RoundFinished(metrics(t)))

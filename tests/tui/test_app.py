@@ -120,7 +120,7 @@ async def test_scripted_events_reach_the_widgets():
         await pilot.pause()
         app.flush()
         badge, status = str(app.query_one(EngineBadge).render()), str(app.query_one(RoundStatus).render())
-        assert "torch" in badge and "17 MB" in badge and "node abababababab" in badge
+        assert "torch" in badge and "model 17 MB · process 212 MB of 24 GB" in badge and "node abababababab" in badge
         assert "round 13/20" in status and "training 1/2" in status and "ETA 16 s" in status
         assert "no peer connected" in str(app.query_one("#notice").render())
         assert app.state.curves.heldout == [0.55, 0.6]
