@@ -49,6 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--run-dir", metavar="DIR", help="run folder (default: one run in the user data dir)")
     run.add_argument("--fresh", action="store_true", help="start over; an existing run is moved aside")
     run.add_argument("--log-format", choices=("text", "json"))
+    run.add_argument("--gpus", metavar="all|0,1,...", help="one node per GPU, each with its own key, run folder "
+                     "and port (headless; look at one with swarm watch --run-dir RUN-gpuN)")
     _peer_flags(run)
 
     demo = commands.add_parser("demo", help="a local swarm of N training nodes in this process (127.0.0.1)")
@@ -122,6 +124,7 @@ def load_settings_for(args: argparse.Namespace):
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.typed = list(sys.argv[1:] if argv is None else argv)
     _log_to_stderr(args.verbose)
     if args.command is None:
         parser.print_help()
@@ -157,6 +160,8 @@ def _log_to_stderr(verbose: bool) -> None:
 
 def run_command(args: argparse.Namespace) -> int:
     settings = load_settings_for(args)
+    if args.gpus:
+        return _run_per_gpu(args, settings)
     from swarm_app.session import Session
 
     _log_to_file()
@@ -183,6 +188,19 @@ async def _run_until_stopped(session) -> None:
             await session.run()
     finally:
         undo()
+
+
+def _run_per_gpu(args: argparse.Namespace, settings) -> int:
+    from swarm_app.hardware import detect
+    from swarm_app.multi_gpu import parse_gpus, plan_nodes, run_nodes, without_gpus_flag
+    from swarm_app.run_setup import run_dir_of
+
+    gpus = parse_gpus(args.gpus, len(detect().gpus))
+    flags = without_gpus_flag(args.typed[args.typed.index("run") + 1:])
+    nodes = plan_nodes(gpus, flags, run_dir_of(settings), settings.peer.listen, settings.peer.enabled)
+    for node in nodes:
+        print(f"gpu {node.gpu}: run folder {node.run_dir}" + (f", listening on {node.listen}" if settings.peer.enabled else ""))
+    return asyncio.run(run_nodes(nodes, settings.run.log_format))
 
 
 def _wants_tui(settings) -> bool:

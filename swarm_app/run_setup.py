@@ -12,6 +12,7 @@ import dataclasses
 import json
 import logging
 import random
+import re
 import time
 from pathlib import Path
 
@@ -35,7 +36,9 @@ def peer_config(settings: Settings):
     from swarm_app.peer.config import PeerConfig, check_address
 
     peer = settings.peer
-    config = PeerConfig(listen=check_address(peer.listen, "peer.listen"),
+    if not re.fullmatch(r"[A-Za-z0-9-]{0,32}", peer.identity):
+        raise UsageError(f"peer.identity {peer.identity!r}: use up to 32 letters, digits and '-'")
+    config = PeerConfig(listen=check_address(peer.listen, "peer.listen"), identity_name=peer.identity,
                         bootstrap=tuple(check_address(a, "peer.peers") for a in peer.peers), mdns=peer.mdns,
                         metrics_listen=check_address(peer.metrics_listen, "peer.metrics_listen") if peer.metrics_listen else None)
     return config.with_protocol(share=peer.share)

@@ -81,6 +81,8 @@ class PeerSettings:
     mdns: bool = setting(True, "Announce and find nodes on the local network with mDNS.")
     share: bool = setting(True, "Send own rollouts to peers (false: only receive).")
     metrics_listen: str = setting("", "HOST:PORT for Prometheus /metrics. Empty: on the peer port, to localhost only.")
+    identity: str = setting("", "Name of this node's key when one machine runs several nodes (`--gpus` names them "
+                            "gpu-0, gpu-1, ...): letters, digits and '-'. Empty: the machine's one key.")
 
 
 @dataclass

@@ -29,6 +29,8 @@ class PeerConfig:
     """Announce and find nodes on the LAN with mDNS."""
     metrics_listen: str | None = None
     """HOST:PORT of a separate /metrics server. None: /metrics on the RSP server, loopback clients only."""
+    identity_name: str = ""
+    """Which of this machine's node keys to use ("": the one key; "gpu-1": the node of GPU 1)."""
     peer_table: bool = True
     """Save known-good peer addresses between runs (in the user data dir unless a path is given)."""
     protocol: ProtocolConfig = field(default_factory=ProtocolConfig)

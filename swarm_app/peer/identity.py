@@ -121,8 +121,12 @@ def real_keyring():
 class IdentityStore:
     """Loads, creates and replaces the node key in the keyring or the 0600 key file."""
 
-    def __init__(self, key_file: Path | None = None, use_keyring: bool = True) -> None:
-        self.key_file = key_file or user_dirs().data / KEY_FILE_NAME
+    def __init__(self, key_file: Path | None = None, use_keyring: bool = True, name: str = "") -> None:
+        """`name`: a second key on this machine (`swarm run --gpus` gives each GPU's node "gpu-N");
+        "" is the machine's one node key."""
+        suffix = f"-{name}" if name else ""
+        self.keyring_user = KEYRING_USER + suffix
+        self.key_file = key_file or user_dirs().data / KEY_FILE_NAME.replace(".pem", f"{suffix}.pem")
         self.keyring = real_keyring() if use_keyring else None
         self.source: str | None = None
         """"keyring" or "file" once a key was loaded or saved."""
@@ -135,7 +139,7 @@ class IdentityStore:
     def load(self) -> Identity | None:
         """The stored identity (keyring first, then the key file), or None when there is none yet."""
         if self.keyring is not None:
-            text = self._keyring_call("get_password", KEYRING_SERVICE, KEYRING_USER)
+            text = self._keyring_call("get_password", KEYRING_SERVICE, self.keyring_user)
             if text is not None:
                 self.source = "keyring"
                 return Identity.from_pem(text.encode("ascii"))
@@ -148,7 +152,7 @@ class IdentityStore:
     def save(self, identity: Identity) -> None:
         """Store in the keyring when there is one (the key file, if any, is left alone), else in the file."""
         if self.keyring is not None:
-            self._keyring_call("set_password", KEYRING_SERVICE, KEYRING_USER, identity.to_pem().decode("ascii"))
+            self._keyring_call("set_password", KEYRING_SERVICE, self.keyring_user, identity.to_pem().decode("ascii"))
             if self.keyring is not None:
                 self.source = "keyring"
                 return

@@ -107,7 +107,7 @@ class PeerNode:
         (if enabled). Two nodes in one process need two identities: same key, same node id, and they
         refuse each other as "self"."""
         if identity is None:
-            loaded = IdentityStore().load_or_create()
+            loaded = IdentityStore(name=config.identity_name).load_or_create()
             log.info("node id %s (key in %s)", loaded.identity.node_id, loaded.store)
             identity = loaded.identity
         table = user_dirs().data / discovery.PEER_TABLE_NAME if config.peer_table else None
