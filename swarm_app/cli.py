@@ -62,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--completions", type=int, metavar="L")
     demo.add_argument("--seed", type=int, metavar="S", help="seed of node 0; node i uses S + i (default 0)")
     demo.add_argument("--tasks", metavar="PRESET")
+    demo.add_argument("--backends", metavar="A,B,...", help="engines of the nodes, in turn (e.g. torch,llama_cpp,mlx)")
     demo.add_argument("--no-ui", dest="ui", action="store_false", default=None, help="headless: one line per node per round")
     demo.add_argument("--out", metavar="DIR", help="where the nodes' run folders go (default: a new folder in the data dir)")
 
@@ -293,6 +294,16 @@ def eval_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _demo_backends(text: str | None) -> tuple[str, ...]:
+    from backends import registry
+
+    names = tuple(name.strip() for name in (text or "").split(",") if name.strip())
+    unknown = [name for name in names if name not in registry.names()]
+    if unknown:
+        raise UsageError(f"--backends: unknown engine {', '.join(unknown)}; choose from {', '.join(registry.names())}")
+    return names
+
+
 def demo_command(args: argparse.Namespace) -> int:
     if not 1 <= args.nodes <= 64:
         raise UsageError(f"--nodes {args.nodes} is out of range; allowed: 1 to 64")
@@ -301,15 +312,16 @@ def demo_command(args: argparse.Namespace) -> int:
         raise UsageError("--rounds must be at least 1 for a demo")
     from swarm_app.demo_command import default_out_dir, format_summary, run_demo_swarm
 
+    backends = _demo_backends(args.backends)
     out_dir = Path(args.out) if args.out else default_out_dir()
     print(f"demo: {args.nodes} nodes, {settings.train.rounds} rounds, J = {settings.train.external}; runs in {out_dir}")
     if _wants_tui(settings):
         from swarm_app.tui.demo import run_demo_in_tui
 
         with _terminal_logging_off():
-            summaries = run_demo_in_tui(settings, args.nodes, out_dir)
+            summaries = run_demo_in_tui(settings, args.nodes, out_dir, backends)
     else:
-        summaries = asyncio.run(run_demo_swarm(settings, args.nodes, out_dir))
+        summaries = asyncio.run(run_demo_swarm(settings, args.nodes, out_dir, backends=backends))
     print(format_summary(summaries))
     return 1 if any(s.error for s in summaries) else 0
 

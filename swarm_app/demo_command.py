@@ -25,6 +25,7 @@ from swarm_app.stopping import on_stop_signals
 @dataclass
 class NodeSummary:
     node: int
+    engine: str = ""
     rounds: int = 0
     local_reward: float = 0.0
     total_reward: float = 0.0
@@ -36,10 +37,13 @@ class NodeSummary:
     """Why the node stopped early ("" when it ran to the end)."""
 
 
-def node_settings(base: Settings, index: int, out_dir: Path) -> Settings:
+def node_settings(base: Settings, index: int, out_dir: Path, backends: tuple[str, ...] = ()) -> Settings:
+    """Node `index`'s settings: its own run folder and seed, and its engine from `backends` (in turn)."""
     seed = max(base.train.seed, 0) + index
+    model = dataclasses.replace(base.model, backend=backends[index % len(backends)]) if backends else base.model
     return dataclasses.replace(
         base,
+        model=model,
         run=dataclasses.replace(base.run, run_dir=str(out_dir / f"node-{index}"), ui=False),
         train=dataclasses.replace(base.train, seed=seed),
         peer=dataclasses.replace(base.peer, enabled=False),  # the demo hands each session its own node
@@ -51,7 +55,8 @@ def default_out_dir() -> Path:
 
 
 async def run_demo_swarm(base: Settings, nodes: int, out_dir: Path, stream: TextIO | None = None,
-                         on_session: Callable[[int, Session], None] | None = None) -> list[NodeSummary]:
+                         on_session: Callable[[int, Session], None] | None = None,
+                         backends: tuple[str, ...] = ()) -> list[NodeSummary]:
     """Run the demo; node lines go to `stream` unless `on_session(index, session)` is given (the TUI
     subscribes there, and nothing is printed)."""
     from swarm_app.peer.demo import run_demo  # deferred: aiohttp
@@ -78,13 +83,14 @@ async def run_demo_swarm(base: Settings, nodes: int, out_dir: Path, stream: Text
                 if on_session is None:
                     view(event)
 
-        session = Session(node_settings(base, index, out_dir), exchange=node, on_event=on_event, fresh=True)
+        session = Session(node_settings(base, index, out_dir, backends), exchange=node, on_event=on_event, fresh=True)
         sessions.append(session)
         if on_session is not None:
             on_session(index, session)
         try:
             async with opening:
                 await asyncio.to_thread(session.open)
+            summary.engine = session.backend_name
             await session.run()
             if session.trainer is not None and not session.stopping:  # a stopped demo ends without one
                 summary.heldout_acc = (await asyncio.to_thread(session.trainer.evaluate)).accuracy
@@ -104,9 +110,9 @@ async def run_demo_swarm(base: Settings, nodes: int, out_dir: Path, stream: Text
 
 
 def format_summary(summaries: list[NodeSummary]) -> str:
-    lines = ["node  rounds  cum. local reward  cum. total reward  held-out acc  sent  received  used"]
+    lines = ["node  engine     rounds  cum. local reward  cum. total reward  held-out acc  sent  received  used"]
     for s in summaries:
         acc = f"{s.heldout_acc:.3f}" if s.heldout_acc is not None else "-"
-        lines.append(f"{s.node:>4}  {s.rounds:>6}  {s.local_reward:>17.1f}  {s.total_reward:>17.1f}  {acc:>12}"
+        lines.append(f"{s.node:>4}  {s.engine or '-':<9}  {s.rounds:>6}  {s.local_reward:>17.1f}  {s.total_reward:>17.1f}  {acc:>12}"
                      f"  {s.sent:>4}  {s.received:>8}  {s.used:>4}" + (f"  FAILED: {s.error}" if s.error else ""))
     return "\n".join(lines)

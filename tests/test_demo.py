@@ -32,3 +32,17 @@ def test_identity_show_creates_a_key_once(capsys):
     node_id = [line.split()[-1] for line in second.splitlines() if line.startswith("node id")][0]
     assert "created a new identity" in first and "created" not in second
     assert node_id in first and "PRIVATE" not in first + second
+
+
+def test_demo_nodes_take_their_engines_in_turn(stub_model, tmp_path, capsys):
+    from swarm_app.demo_command import node_settings
+    from swarm_app.settings import Settings
+
+    chosen = [node_settings(Settings(), i, tmp_path, ("torch", "llama_cpp", "mlx")).model.backend for i in range(4)]
+    assert chosen == ["torch", "llama_cpp", "mlx", "torch"]
+    code = main(["demo", "--nodes", "2", "--rounds", "1", "--backends", "fake", "--model", str(stub_model),
+                 "--out", str(tmp_path / "demo"), "--no-ui"])
+    summary = capsys.readouterr().out.split("cum. total reward")[1].splitlines()[1:]
+    assert code == 0 and [line.split()[1] for line in summary] == ["fake", "fake"]
+    assert main(["demo", "--nodes", "2", "--backends", "torch,nope"]) == 2
+    assert "unknown engine nope" in capsys.readouterr().err

@@ -14,7 +14,7 @@ from swarm_app.settings import Settings
 from swarm_app.tui.app import SwarmApp
 
 
-def run_demo_in_tui(settings: Settings, nodes: int, out_dir: Path) -> list[NodeSummary]:
+def run_demo_in_tui(settings: Settings, nodes: int, out_dir: Path, backends: tuple[str, ...] = ()) -> list[NodeSummary]:
     controls: dict = {}
     summaries: list[NodeSummary] = []
 
@@ -23,7 +23,7 @@ def run_demo_in_tui(settings: Settings, nodes: int, out_dir: Path) -> list[NodeS
             controls[index] = session
             session.subscribe(lambda event: deliver(event, index))
 
-        summaries.extend(await run_demo_swarm(settings, nodes, out_dir, on_session=on_session))
+        summaries.extend(await run_demo_swarm(settings, nodes, out_dir, on_session=on_session, backends=backends))
         if not any(session.stopping for session in controls.values()):
             await asyncio.Event().wait()  # the demo ran to its end: keep the picture until q
 
