@@ -26,6 +26,7 @@ from typing import Iterator, NamedTuple
 
 from backends.base import Backend, BackendError, Completion, Hardware, Messages, ModelSpec, Progress, Sampling
 from backends.base import TrainSample, TrainStats
+from backends.memory_fit import check_fits
 from backends.torch_batching import cache_kwarg, pad, prompt_cache, split_by_budget
 
 log = logging.getLogger(__name__)
@@ -114,6 +115,27 @@ def stop_ids(tok, end_id: int, checkpoint_eos: int | list[int] | None) -> list[i
     return sorted({tok.eos_token_id, end_id, *(i for i in extra if i is not None)})
 
 
+def torch_float32():
+    import torch
+
+    return torch.float32
+
+
+def free_memory(device) -> int:
+    """Bytes free where the model will live: the GPU's free memory, or available RAM on CPU."""
+    if device.type == "cuda":
+        import torch
+
+        return int(torch.cuda.mem_get_info(device)[0])
+    import psutil
+
+    return int(psutil.virtual_memory().available)
+
+
+def where_of(device) -> str:
+    return "the GPU" if device.type == "cuda" else "RAM"
+
+
 def pick_device(threads: int):
     """(device, dtype): CUDA with bf16 where supported (fp32 otherwise), else CPU fp32 on `threads` threads."""
     import torch
@@ -186,8 +208,9 @@ class TorchBackend(Backend):
         self.close()
         folder = model_folder(spec.path)
         check_model_folder(folder)
-        tok = load_tokenizer(folder)
         device, dtype = pick_device(spec.threads)
+        check_fits(folder, 2 if dtype != torch_float32() else 4, free_memory(device), where_of(device))
+        tok = load_tokenizer(folder)
         try:
             base = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype, local_files_only=True)
         except (OSError, ValueError, KeyError) as exc:
