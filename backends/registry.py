@@ -16,6 +16,7 @@ from backends.base import Backend, BackendError, Hardware
 ENGINES: dict[str, str] = {
     "torch": "backends.torch_lora:TorchBackend",
     "llama_cpp": "backends.llama_cpp:LlamaCppBackend",
+    "mlx": "backends.mlx:MlxBackend",
     "fake": "backends.fake:FakeBackend",
 }
 """Registered engines: name -> "module:Class"."""

@@ -65,10 +65,11 @@ def test_macos_arm64(tmp_path, capsys, monkeypatch):
     report = doctor_json(capsys, monkeypatch, src)
     assert report["hardware"]["apple_silicon"] and report["hardware"]["apple_chip"] == "Apple M2 Pro"
     mlx = engines(report)["mlx"]
-    assert not mlx["available"]
+    assert mlx["available"] == mlx["installed"]
     if not mlx["installed"]:
         assert mlx["install"] == 'pip install "swarm-app[mlx]"'
-    assert report["chosen"] != "mlx"  # only engines that exist are chosen
+    # On Apple silicon auto prefers MLX (the GPU) over torch (CPU there) wherever mlx is installed.
+    assert (report["chosen"] == "mlx") == mlx["installed"]
 
 
 @pytest.mark.parametrize("hw, command", [

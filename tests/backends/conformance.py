@@ -11,8 +11,9 @@ from backends import registry
 from backends.base import Backend, Hardware, ModelSpec
 
 BUNDLED = Path(__file__).resolve().parents[2] / "assets" / "models" / "swarm-tiny"
-ENGINE_MODULES = {"torch": ("torch", "transformers", "peft"), "llama_cpp": ("llama_cpp", "gguf", "torch", "peft")}
-MARKS = {"llama_cpp": [pytest.mark.llamacpp]}
+ENGINE_MODULES = {"torch": ("torch", "transformers", "peft"), "llama_cpp": ("llama_cpp", "gguf", "torch", "peft"),
+                  "mlx": ("mlx", "mlx_lm", "transformers")}
+MARKS = {"llama_cpp": [pytest.mark.llamacpp], "mlx": [pytest.mark.mlx]}
 
 
 def installed(name: str) -> bool:
