@@ -77,6 +77,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_identity_arguments(ident)
 
+    export = commands.add_parser("export", help="a run's trained model as GGUF files (llama.cpp, Ollama)")
+    export.add_argument("run_dir", metavar="RUN", help="the run folder (swarm run prints it)")
+    export.add_argument("--gguf", metavar="DIR", required=True, help="write base.gguf and adapter.gguf here")
+    export.add_argument("--ollama", metavar="NAME", help="also write a Modelfile for `ollama create NAME`")
+
     ev = commands.add_parser("eval", help="held-out accuracy with greedy decoding")
     _common_model_flags(ev)
     ev.add_argument("--adapter", metavar="DIR", help="a LoRA adapter: a checkpoint folder or a run folder")
@@ -344,11 +349,22 @@ def watch_command(args: argparse.Namespace) -> int:
     return watch(run_dir_of(settings), settings.run.ui, settings.run.log_format)
 
 
+def export_command(args: argparse.Namespace) -> int:
+    from swarm_app.export_command import export_run
+
+    done = export_run(Path(args.run_dir), Path(args.gguf), args.ollama or "")
+    print(f"exported round {done.round}: {done.base} and {done.adapter}")
+    print(f"  llama.cpp: llama-cli -m {done.base} --lora {done.adapter}")
+    if done.modelfile is not None:
+        print(f"  Ollama:    ollama create {args.ollama} -f {done.modelfile}  then  ollama run {args.ollama}")
+    return 0
+
+
 def identity_command(args: argparse.Namespace) -> int:
     from swarm_app.peer.commands import identity_main
 
     return identity_main(args)
 
 
-COMMANDS = {"run": run_command, "eval": eval_command, "demo": demo_command, "identity": identity_command,
+COMMANDS = {"export": export_command, "run": run_command, "eval": eval_command, "demo": demo_command, "identity": identity_command,
             "doctor": doctor_command, "watch": watch_command}
