@@ -4,7 +4,6 @@ and answer the held-out items greedily exactly as torch does with the adapter.""
 from __future__ import annotations
 
 import importlib.util
-import json
 
 import pytest
 
