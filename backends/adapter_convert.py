@@ -64,7 +64,7 @@ def torch_order(names: list[str]) -> list[str]:
     return sorted(names, key=key)
 
 
-def _read_json(path: Path) -> dict:
+def read_json(path: Path) -> dict:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
@@ -104,7 +104,7 @@ def peft_config(rank: int, alpha: float, dropout: float, targets: list[str], bas
             "use_dora": False}
 
 
-def _layer_keys(names: list[str]) -> tuple[list[str], int]:
+def layer_keys(names: list[str]) -> tuple[list[str], int]:
     """(module paths inside a decoder layer, number of layers) of mlx weight names."""
     keys, layers = set(), 0
     for name in names:
@@ -120,11 +120,11 @@ def _layer_keys(names: list[str]) -> tuple[list[str], int]:
 def peft_to_mlx(source: Path, target: Path) -> None:
     """Write `source`'s PEFT adapter (and optimizer state, when present) into `target` in mlx-lm's format."""
     source, target = Path(source), Path(target)
-    config = _read_json(source / PEFT_CONFIG)
+    config = read_json(source / PEFT_CONFIG)
     if config.get("use_dora") or config.get("use_rslora"):
         raise BackendError(f"{source} is a DoRA/rsLoRA adapter: only plain LoRA converts")
     weights = {peft_to_mlx_name(k): v.T for k, v in _read_tensors(source / PEFT_WEIGHTS).items()}
-    keys, layers = _layer_keys(list(weights))
+    keys, layers = layer_keys(list(weights))
     rank, alpha = int(config["r"]), config["lora_alpha"]
     target.mkdir(parents=True, exist_ok=True)
     _write_tensors(weights, target / MLX_WEIGHTS)
@@ -138,7 +138,7 @@ def peft_to_mlx(source: Path, target: Path) -> None:
 def mlx_to_peft(source: Path, target: Path, base_model: str = "") -> None:
     """Write `source`'s mlx-lm adapter (and optimizer state, when present) into `target` in the PEFT format."""
     source, target = Path(source), Path(target)
-    config = _read_json(source / MLX_CONFIG)
+    config = read_json(source / MLX_CONFIG)
     if config.get("fine_tune_type", "lora") != "lora":
         raise BackendError(f"{source} holds a {config.get('fine_tune_type')!r} adapter: only LoRA converts")
     params = config["lora_parameters"]

@@ -6,7 +6,8 @@ and chat template (the same HF fast tokenizer and stop ids as the torch engine, 
 ids), batched sampling from a KV cache computed once per prompt and repeated for its n completions,
 the round's GRPO update (loss in grpo_loss_mlx.py, `nn.value_and_grad`, global-norm clipping, AdamW with
 torch's bias correction), and the adapter in mlx-lm's format (adapters.safetensors + adapter_config.json,
-readable by `mlx_lm.generate --adapter-path`) with the optimizer state (optimizer.safetensors).
+readable by `mlx_lm.generate --adapter-path`) with the optimizer state (optimizer.safetensors), whose files
+mlx_adapter.py reads and writes; mlx_decode.py holds the KV-cache prefill and the token choice.
 backends/adapter_convert.py moves adapters between this format and PEFT.
 Differs from torch on purpose only in the minibatch shuffle (NumPy's generator, the same batch-derived
 seed) and the fresh adapter's random A (mlx's generator; B is zero, so the fresh model is the same).
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from backends import adapter_convert as convert
+from backends import mlx_adapter, mlx_decode
 from backends.base import Backend, BackendError, Completion, Hardware, Messages, ModelSpec, Progress, Sampling
 from backends.base import TrainSample, TrainStats
 from backends.torch_batching import split_by_budget
@@ -200,28 +202,13 @@ class MlxBackend(Backend):
         return out
 
     def _prefill(self, head: list[int], copies: int):
-        """A KV cache of `head` computed once and repeated `copies` times along the batch (None when empty)."""
-        import mlx.core as mx
-        from mlx_lm.models.cache import make_prompt_cache
-
-        if not head:
-            return None
-        cache = make_prompt_cache(self._model)
-        self._model(mx.array([head]), cache=cache)
-        for layer in cache:
-            layer.keys = mx.repeat(layer.keys[..., : layer.offset, :], copies, axis=0)
-            layer.values = mx.repeat(layer.values[..., : layer.offset, :], copies, axis=0)
-        return cache
+        return mlx_decode.prefill(self._model, head, copies)
 
     def _sample_group(self, ids: list[int], n: int, sampling: Sampling, key, report) -> list[list[int]]:
         """n completions of one prompt, decoded in lockstep; rows past a stop token keep decoding (ignored)."""
         import mlx.core as mx
 
-        cache = self._prefill(ids[:-1], n)
-        if cache is None:
-            from mlx_lm.models.cache import make_prompt_cache
-
-            cache = make_prompt_cache(self._model)
+        cache = self._prefill(ids[:-1], n) or mlx_decode.empty_cache(self._model)
         tokens = mx.array([[ids[-1]]] * n)
         stops = mx.array(self._stop_ids)
         finished = mx.zeros((n,), dtype=mx.bool_)
@@ -229,7 +216,7 @@ class MlxBackend(Backend):
         for step in range(sampling.max_new_tokens):
             logits = self._model(tokens, cache=cache)[:, -1, :].astype(mx.float32)
             key, sub = mx.random.split(key)
-            picked = self._pick(logits, sampling, sub)
+            picked = mlx_decode.pick(logits, sampling, sub)
             finished = finished | (picked[:, None] == stops[None, :]).any(axis=1)
             mx.eval(picked, finished)
             for row, token in zip(rows, picked.tolist()):
@@ -239,22 +226,6 @@ class MlxBackend(Backend):
                 break
             tokens = picked[:, None]
         return rows
-
-    @staticmethod
-    def _pick(logits, sampling: Sampling, key):
-        """Greedy at temperature 0, else a sample from the tempered distribution cut to the top-p mass."""
-        import mlx.core as mx
-
-        if sampling.temperature == 0:
-            return mx.argmax(logits, axis=-1)
-        logits = logits / sampling.temperature
-        if sampling.top_p < 1.0:
-            probs = mx.softmax(logits, axis=-1)
-            ordered = mx.sort(probs, axis=-1)[:, ::-1]
-            before = mx.cumsum(ordered, axis=-1) - ordered  # mass of the more likely tokens
-            kept = mx.where(before < sampling.top_p, ordered, mx.inf).min(axis=-1, keepdims=True)
-            logits = mx.where(probs >= kept, logits, -mx.inf)
-        return mx.random.categorical(logits, key=key)
 
     def _decode(self, new_tokens: list[int]) -> Completion:
         """Text up to the first stop token; n_tokens counts the generated tokens including that stop token."""
@@ -412,84 +383,21 @@ class MlxBackend(Backend):
                                          sum(s.n_completion for s in seqs))
         return loss, {convert.mlx_to_peft_name(k): np.array(v).T for k, v in tree_flatten(grads)}
 
-    # Adapter files
+    # Adapter files (backends/mlx_adapter.py)
 
     def save_adapter(self, folder: Path) -> None:
-        import mlx.core as mx
-        from mlx.utils import tree_flatten
-
-        model = self._require_model()
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        weights = dict(tree_flatten(model.trainable_parameters()))
-        mx.save_safetensors(str(folder / convert.MLX_WEIGHTS), weights)
-        keys, layers = convert._layer_keys(list(weights))
-        lora = self._spec.lora
-        config = convert.mlx_config(lora.rank, lora.alpha, lora.dropout, keys, layers)
-        (folder / convert.MLX_CONFIG).write_text(json.dumps(config, indent=2), encoding="utf-8")
-        if self._optimizer is not None:
-            if not self._optimizer._initialized:  # before the first update: zero moments, step 0
-                self._optimizer.init(model.trainable_parameters())
-            state = dict(tree_flatten(self._optimizer.state))
-            state["weight_decay"] = mx.array(self._spec.optim.weight_decay)
-            mx.save_safetensors(str(folder / convert.MLX_OPTIMIZER), state)
+        mlx_adapter.save(Path(folder), self._require_model(), self._optimizer, self._spec)
 
     def load_adapter(self, folder: Path) -> None:
-        import mlx.core as mx
-        from mlx.utils import tree_flatten
-
         model = self._require_model()
         folder = Path(folder)
-        self._check_adapter_config(folder)
-        weights = self._read(folder / convert.MLX_WEIGHTS)
-        expected = {k: tuple(v.shape) for k, v in tree_flatten(model.trainable_parameters())}
-        if {k: tuple(v.shape) for k, v in weights.items()} != expected:
-            raise BackendError(f"the adapter in {folder} does not fit this model and LoRA settings ({len(weights)} "
-                               f"tensors, {len(expected)} expected): start a fresh adapter or use matching settings")
-        optimizer = self._read_optimizer(folder / convert.MLX_OPTIMIZER)  # before any weight changes
-        model.load_weights(list(weights.items()), strict=False)
-        mx.eval(model.parameters())
+        weights = mlx_adapter.read_weights(folder, model, self._spec.lora)
+        # Read everything before any weight changes: all or nothing.
+        optimizer = None if self._optimizer is None else mlx_adapter.read_optimizer(
+            folder / convert.MLX_OPTIMIZER, self._new_optimizer(), model)
+        mlx_adapter.apply_weights(model, weights)
         self._optimizer = optimizer
         log.info("loaded adapter from %s", folder)
-
-    def _check_adapter_config(self, folder: Path) -> None:
-        config_file = folder / convert.MLX_CONFIG
-        if not config_file.is_file() or not (folder / convert.MLX_WEIGHTS).is_file():
-            hint = (" (it holds a PEFT adapter: convert it with `python -m backends.adapter_convert --to mlx "
-                    f"{folder} NEW_DIR`)") if (folder / convert.PEFT_WEIGHTS).is_file() else ""
-            raise BackendError(f"{folder} is not an mlx-lm adapter folder: it needs {convert.MLX_CONFIG} and "
-                               f"{convert.MLX_WEIGHTS}{hint}")
-        params = convert._read_json(config_file).get("lora_parameters", {})
-        lora = self._spec.lora
-        if (params.get("rank"), params.get("scale")) != (lora.rank, lora.alpha / lora.rank):
-            raise BackendError(f"the adapter in {folder} has rank {params.get('rank')}, scale {params.get('scale')}; "
-                               f"this model uses rank {lora.rank}, alpha {lora.alpha}: use matching LoRA settings")
-
-    @staticmethod
-    def _read(path: Path) -> dict:
-        import mlx.core as mx
-
-        try:
-            return mx.load(str(path))
-        except (OSError, ValueError, RuntimeError) as exc:
-            raise BackendError(f"cannot read {path}: {exc}") from exc
-
-    def _read_optimizer(self, path: Path):
-        """A fresh AdamW holding `path`'s moments and step; None when the model is not trained."""
-        from mlx.utils import tree_flatten, tree_unflatten
-
-        if self._optimizer is None:
-            return None
-        if not path.is_file():  # resetting Adam's moments silently would change training without a word
-            raise BackendError(f"the optimizer state {path.name} is missing from {path.parent}")
-        state = self._read(path)
-        state.pop("weight_decay", None)
-        optimizer = self._new_optimizer()
-        optimizer.init(self._model.trainable_parameters())
-        if set(state) != set(dict(tree_flatten(optimizer.state))):
-            raise BackendError(f"the optimizer state {path} does not fit this adapter: start a fresh adapter")
-        optimizer.state = tree_unflatten(list(state.items()))
-        return optimizer
 
     def memory(self) -> int:
         from mlx.utils import tree_flatten
