@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from swarm_app import __version__
+from swarm_app.peer import PROTOCOL_VERSION
 from swarm_app.errors import SwarmError, UsageError
 
 log = logging.getLogger(__name__)
@@ -32,7 +33,8 @@ RUN_FLAGS = {
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="swarm", description="A SAPO node: train your own LoRA with a swarm of peers.")
-    parser.add_argument("--version", action="version", version=f"swarm-app {__version__}")
+    parser.add_argument("--version", action="version", version=f"swarm-app {__version__} (protocol RSP/1 "
+                        f"v{PROTOCOL_VERSION}; swarm doctor checks it against your peers)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log more (to stderr)")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 

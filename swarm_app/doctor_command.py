@@ -11,6 +11,7 @@ Must not write anything or change settings; cli.py prints the report.
 from __future__ import annotations
 
 import asyncio
+import json
 import importlib.util
 from dataclasses import asdict
 from pathlib import Path
@@ -136,7 +137,31 @@ async def _reach(address: str) -> dict:
     except (OSError, asyncio.TimeoutError) as exc:
         return {"address": address, "reachable": False, "reason": getattr(exc, "strerror", None) or "no answer in 2 s"}
     writer.close()
-    return {"address": address, "reachable": True, "reason": ""}
+    return {"address": address, "reachable": True, "reason": "", **await _versions(host, port)}
+
+
+async def _versions(host: str, port: int) -> dict:
+    """The peer's protocol and software versions from GET /rsp/v1/info, and what to do when they differ.
+    A plain HTTP/1.0 request on a stream: doctor stays free of aiohttp."""
+    from swarm_app import __version__
+    from swarm_app.peer import PROTOCOL_VERSION
+
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), PEER_TIMEOUT_S)
+        writer.write(f"GET /rsp/v1/info HTTP/1.0\r\nHost: {host}\r\n\r\n".encode("ascii"))
+        raw = await asyncio.wait_for(reader.read(65536), PEER_TIMEOUT_S)
+        writer.close()
+        info = json.loads(raw.partition(b"\r\n\r\n")[2])
+    except (OSError, asyncio.TimeoutError, ValueError):
+        return {"protocol": None, "software": "", "update": ""}
+    theirs, software = info.get("v"), str(info.get("software", ""))[:60]
+    update = ""
+    if isinstance(theirs, int) and theirs > PROTOCOL_VERSION:
+        update = (f"it speaks protocol v{theirs}, this install v{PROTOCOL_VERSION} ({__version__}): update "
+                  "(re-run install.sh / install.ps1, or pip install -U swarm-app)")
+    elif isinstance(theirs, int) and theirs < PROTOCOL_VERSION:
+        update = f"it speaks the older protocol v{theirs}: that node needs an update to swarm with this one"
+    return {"protocol": theirs, "software": software, "update": update}
 
 
 def format_text(report: dict) -> str:
@@ -152,6 +177,8 @@ def format_text(report: dict) -> str:
     listen = report["listen"]
     lines.append(f"listen {listen['address']}: " + ("free" if listen["free"] else f"not free ({listen['reason']})"))
     for peer in report["peers"]:
-        lines.append(f"peer {peer['address']}: " + ("reachable" if peer["reachable"] else f"unreachable ({peer['reason']})"))
+        state = (f"reachable, {peer.get('software') or 'software unknown'}" if peer["reachable"]
+                 else f"unreachable ({peer['reason']})")
+        lines.append(f"peer {peer['address']}: {state}" + (f"; {peer['update']}" if peer.get("update") else ""))
     lines.append(f"pace: {report['pace']}")
     return "\n".join(lines)

@@ -119,3 +119,31 @@ def test_doctor_on_a_machine_without_a_gpu_imports_no_engine():
             "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy), file=sys.stderr)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert out.stderr.strip().splitlines()[-1] == "[]"
+
+
+def test_a_peer_on_a_newer_protocol_says_how_to_update(capsys, monkeypatch):
+    import http.server
+    import json as jsonlib
+    import threading
+
+    class NewerNode(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = jsonlib.dumps({"protocol": "RSP/1", "v": 2, "software": "swarm-app/9.0.0"}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), NewerNode)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        address = f"127.0.0.1:{server.server_port}"
+        report = doctor_json(capsys, monkeypatch, None, "--listen", "127.0.0.1:0", "--peer", address)
+    finally:
+        server.shutdown()
+    peer = report["peers"][0]
+    assert peer["reachable"] and peer["protocol"] == 2 and peer["software"] == "swarm-app/9.0.0"
+    assert "protocol v2" in peer["update"] and "install.sh" in peer["update"]

@@ -10,6 +10,9 @@ the CLI wires.
 Importing this package must stay cheap: nothing heavy is imported here.
 """
 
+PROTOCOL_VERSION = 1
+"""RSP/1's version number, in every hello and rollout: nodes of different versions refuse each other."""
+
 DEFAULT_PORT = 47470
 DEFAULT_LISTEN = f"0.0.0.0:{DEFAULT_PORT}"
 """Where a node accepts peers unless told otherwise (all interfaces: a LAN swarm needs no setup)."""

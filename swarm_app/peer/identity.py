@@ -13,6 +13,7 @@ import hashlib
 import logging
 import os
 import stat
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -182,10 +183,21 @@ class IdentityStore:
 
 
 def write_private_file(path: Path, data: bytes) -> None:
-    """Atomic write; mkstemp creates the temp file 0600 and the rename keeps that mode."""
+    """Atomic write; mkstemp creates the temp file 0600 and the rename keeps that mode. On Windows,
+    where mode bits mean nothing, the file's ACL is cut down to the current user instead."""
     write_bytes_atomic(path, data)
     if os.name != "nt":
         os.chmod(path, 0o600)
+        return
+    done = subprocess.run(owner_only_acl(path, os.environ.get("USERNAME", "")), capture_output=True, text=True)
+    if done.returncode != 0:
+        log.warning("could not limit %s to your user (icacls: %s); keep that folder private", path,
+                    done.stderr.strip() or done.returncode)
+
+
+def owner_only_acl(path: Path, user: str) -> list[str]:
+    """The icacls command that leaves `user` the only one with access to `path` (no inherited entries)."""
+    return ["icacls", str(path), "/inheritance:r", "/grant:r", f"{user or '*S-1-3-4'}:F"]
 
 
 def check_private_file(path: Path) -> None:

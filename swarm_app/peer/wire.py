@@ -21,7 +21,8 @@ from swarm_app.peer.identity import Identity, b64url, node_id_of, unb64url, veri
 from swarm_app.rollouts import Rollout
 from swarm_app.tasks import TaskRef
 
-PROTOCOL_VERSION = 1
+from swarm_app.peer import PROTOCOL_VERSION  # noqa: E402  (defined where --version can read it cheaply)
+
 MAX_BODY_BYTES = 64 * 1024
 """Largest accepted rollout body (canonical bytes)."""
 MAX_FRAME_BYTES = 1024 * 1024

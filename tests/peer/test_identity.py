@@ -156,3 +156,13 @@ def test_import_rejects_junk_and_export_needs_a_file(tmp_path):
         identity_main(parse("export"), io.StringIO())
     with pytest.raises(UsageError, match="cannot read"):
         identity_main(parse("import", str(tmp_path / "missing.pem")), io.StringIO())
+
+
+def test_on_windows_the_key_file_acl_is_cut_to_the_user():
+    from pathlib import Path
+
+    from swarm_app.peer.identity import owner_only_acl
+
+    assert owner_only_acl(Path("C:/Users/ann/key.pem"), "ann") == [
+        "icacls", str(Path("C:/Users/ann/key.pem")), "/inheritance:r", "/grant:r", "ann:F"]
+    assert owner_only_acl(Path("k.pem"), "")[-1] == "*S-1-3-4:F"  # the owner's SID when USERNAME is unset
