@@ -78,6 +78,8 @@ def read_optimizer(path: Path, optimizer, model):
     state = _read(path)
     state.pop("weight_decay", None)
     optimizer.init(model.trainable_parameters())
+    if not any(key.endswith((".m", ".v")) for key in state):
+        return optimizer  # saved before any step (a round without reward spread): fresh moments are that state
     if set(state) != set(dict(tree_flatten(optimizer.state))):
         raise BackendError(f"the optimizer state {path} does not fit this adapter: start a fresh adapter")
     optimizer.state = tree_unflatten(list(state.items()))

@@ -100,7 +100,8 @@ def resume_conflict(saved_engine: str, engine: str) -> str | None:
     saved, now = capabilities(saved_engine).adapter_format, capabilities(engine).adapter_format
     if saved != now:
         return (f"the checkpoint holds a {saved} adapter (written by {saved_engine}) and {engine} uses {now}; "
-                f"resume with --backend {saved_engine}, or start over with --fresh")
+                f"convert the run first (swarm convert --to {engine} --run-dir RUN), resume with --backend "
+                f"{saved_engine}, or start over with --fresh")
     return None
 
 

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import logging
 import os
 import sys
 from pathlib import Path
 
-from swarm_app import __version__
+from swarm_app import __version__, logs
 from swarm_app.peer import PROTOCOL_VERSION
 from swarm_app.errors import SwarmError, UsageError
 
@@ -84,6 +83,10 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--gguf", metavar="DIR", required=True, help="write base.gguf and adapter.gguf here")
     export.add_argument("--ollama", metavar="NAME", help="also write a Modelfile for `ollama create NAME`")
 
+    convert = commands.add_parser("convert", help="move a run to an engine with another adapter format")
+    convert.add_argument("--to", required=True, metavar="ENGINE", help="torch, llama_cpp or mlx")
+    convert.add_argument("--run-dir", metavar="DIR", help="the run folder (default: the default run)")
+
     ev = commands.add_parser("eval", help="held-out accuracy with greedy decoding")
     _common_model_flags(ev)
     ev.add_argument("--adapter", metavar="DIR", help="a LoRA adapter: a checkpoint folder or a run folder")
@@ -114,7 +117,7 @@ def _peer_flags(parser: argparse.ArgumentParser) -> None:
 def _common_model_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE", help="config file (default: config.toml in the user config dir)")
     parser.add_argument("--model", metavar="PATH_OR_HF_ID", help="model folder or cached Hugging Face id")
-    parser.add_argument("--backend", metavar="NAME", help="auto (default), torch, llama_cpp or fake; see swarm doctor")
+    parser.add_argument("--backend", metavar="NAME", help="auto (default), torch, llama_cpp, mlx or fake; see swarm doctor")
     parser.add_argument("--threads", type=int, metavar="N", help="CPU threads for the engine (0: one per physical core)")
 
 
@@ -125,15 +128,16 @@ def load_settings_for(args: argparse.Namespace):
     overrides = {dotted: getattr(args, dest, None) for dest, dotted in RUN_FLAGS.items()}
     if getattr(args, "ui", None) is not None:
         overrides["run.ui"] = args.ui
-    config = Path(args.config) if args.config else user_dirs().config_file
-    return load_settings(config, os.environ, overrides, config_required=bool(args.config))
+    config_flag = getattr(args, "config", None)
+    config = Path(config_flag) if config_flag else user_dirs().config_file
+    return load_settings(config, os.environ, overrides, config_required=bool(config_flag))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     args.typed = list(sys.argv[1:] if argv is None else argv)
-    _log_to_stderr(args.verbose)
+    logs.to_stderr(args.verbose)
     if args.command is None:
         parser.print_help()
         return 2
@@ -144,35 +148,13 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
 
 
-class HumanFormatter(logging.Formatter):
-    """"warning: <message>" for people; the module path only with --verbose (for bug reports)."""
-
-    def __init__(self, verbose: bool) -> None:
-        super().__init__()
-        self.verbose = verbose
-
-    def format(self, record: logging.LogRecord) -> str:
-        where = f" [{record.name}]" if self.verbose else ""
-        text = f"{record.levelname.lower()}{where}: {record.getMessage()}"
-        if record.exc_info and self.verbose:
-            text += "\n" + self.formatException(record.exc_info)
-        return text
-
-
-def _log_to_stderr(verbose: bool) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(HumanFormatter(verbose))
-    handler.setLevel(logging.INFO if verbose else logging.WARNING)
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, handlers=[handler])
-
-
 def run_command(args: argparse.Namespace) -> int:
     settings = load_settings_for(args)
     if args.gpus:
         return _run_per_gpu(args, settings)
     from swarm_app.session import Session
 
-    _log_to_file()
+    logs.to_file()
     session = Session(settings, fresh=args.fresh)  # it detects the hardware while loading
     try:
         if _wants_tui(settings):
@@ -221,20 +203,6 @@ def _wants_tui(settings) -> bool:
     return True
 
 
-@contextlib.contextmanager
-def _terminal_logging_off():
-    """While the TUI owns the terminal, log records reach its Logs tab and the log file, not stderr."""
-    root = logging.getLogger()
-    on_terminal = [h for h in root.handlers if type(h) is logging.StreamHandler]
-    for handler in on_terminal:
-        root.removeHandler(handler)
-    try:
-        yield
-    finally:
-        for handler in on_terminal:
-            root.addHandler(handler)
-
-
 def _run_in_tui(session) -> int:
     from swarm_app.events import RunStopped
     from swarm_app.headless import format_stop
@@ -248,38 +216,13 @@ def _run_in_tui(session) -> int:
         await _run_until_stopped(session)
 
     app = SwarmApp(source, session, subtitle=str(session.run_dir))
-    with _terminal_logging_off():
+    with logs.terminal_owned_by_tui():
         code = app.run()
     if app.error is not None:
         raise app.error
     if stops:
         print(format_stop(stops[-1]))  # the terminal is back: say where the files are
     return code if code is not None else 0
-
-
-LOG_FILE_HANDLER = "swarm-log-file"
-
-
-def _log_to_file() -> None:
-    """This run's log records (INFO and up) also go to a file in the user log dir, for bug reports."""
-    from swarm_app.paths import user_dirs
-
-    folder = user_dirs().log
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        handler = logging.FileHandler(folder / "swarm.log", encoding="utf-8")
-    except OSError as exc:
-        log.warning("not writing a log file in %s (%s)", folder, exc.strerror)
-        return
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    handler.setLevel(logging.INFO)
-    handler.set_name(LOG_FILE_HANDLER)
-    root = logging.getLogger()
-    for old in [h for h in root.handlers if h.get_name() == LOG_FILE_HANDLER]:  # one per process
-        root.removeHandler(old)
-        old.close()
-    root.addHandler(handler)
-    root.setLevel(logging.INFO)  # the stderr handler keeps its own WARNING threshold
 
 
 def eval_command(args: argparse.Namespace) -> int:
@@ -325,7 +268,7 @@ def demo_command(args: argparse.Namespace) -> int:
     if _wants_tui(settings):
         from swarm_app.tui.demo import run_demo_in_tui
 
-        with _terminal_logging_off():
+        with logs.terminal_owned_by_tui():
             summaries = run_demo_in_tui(settings, args.nodes, out_dir, backends)
     else:
         summaries = asyncio.run(run_demo_swarm(settings, args.nodes, out_dir, backends=backends))
@@ -351,6 +294,17 @@ def watch_command(args: argparse.Namespace) -> int:
     return watch(run_dir_of(settings), settings.run.ui, settings.run.log_format)
 
 
+def convert_command(args: argparse.Namespace) -> int:
+    from swarm_app.convert_command import convert_run
+    from swarm_app.run_setup import run_dir_of
+
+    run_dir = Path(args.run_dir) if args.run_dir else run_dir_of(load_settings_for(args))
+    round_index, new, kept = convert_run(run_dir, args.to)
+    print(f"round {round_index} converted for {args.to}: {new} (the original is kept in {kept})")
+    print(f"  resume with: swarm run --backend {args.to} --run-dir {run_dir}")
+    return 0
+
+
 def export_command(args: argparse.Namespace) -> int:
     from swarm_app.export_command import export_run
 
@@ -368,5 +322,5 @@ def identity_command(args: argparse.Namespace) -> int:
     return identity_main(args)
 
 
-COMMANDS = {"export": export_command, "run": run_command, "eval": eval_command, "demo": demo_command, "identity": identity_command,
+COMMANDS = {"convert": convert_command, "export": export_command, "run": run_command, "eval": eval_command, "demo": demo_command, "identity": identity_command,
             "doctor": doctor_command, "watch": watch_command}

@@ -13,12 +13,12 @@ import asyncio
 import json
 import logging
 import time
-from contextlib import contextmanager
 from pathlib import Path
-from typing import AsyncIterator, Callable, Iterator
+from typing import AsyncIterator, Callable
 
 import aiohttp
 
+from swarm_app import logs
 from swarm_app.errors import SwarmError, UsageError
 from swarm_app.events import Event, LogRecorded, RunStopped, event_from_dict
 from swarm_app.watch_file import WatchInfo, read_watch_file, watch_file_of
@@ -131,7 +131,7 @@ async def watch_in_tui(run_dir: Path) -> int:
 
     async with NodeStream(run_dir) as stream:  # connect first: a problem is one line, not a screen
         app = SwarmApp(lambda deliver: feed(stream, deliver), None, subtitle=f"watching {run_dir}")
-        with terminal_owned_by_tui():
+        with logs.terminal_owned_by_tui():
             code = await app.run_async()
     if app.error is not None:
         raise app.error
@@ -146,18 +146,3 @@ async def feed(stream: NodeStream, deliver: Callable[[Event], None]) -> None:
         deliver(LogRecorded("warning", f"the connection to the node closed ({stream.close_reason}); "
                                        "quit with q and run swarm watch again to reattach", time.time()))
     await asyncio.Event().wait()  # cancelled when the app exits
-
-
-@contextmanager
-def terminal_owned_by_tui() -> Iterator[None]:
-    """Log records must not write over the screen (as in cli._run_in_tui): terminal handlers rest."""
-    root = logging.getLogger()
-    on_terminal = [h for h in root.handlers if isinstance(h, logging.StreamHandler)
-                   and not isinstance(h, logging.FileHandler)]
-    for handler in on_terminal:
-        root.removeHandler(handler)
-    try:
-        yield
-    finally:
-        for handler in on_terminal:
-            root.addHandler(handler)
