@@ -17,7 +17,7 @@ from textual.binding import Binding
 from textual.widgets import Footer, Header, TabbedContent, TabPane
 
 from swarm_app.errors import SwarmError
-from swarm_app.events import (EvaluationFinished, Event, LogRecorded, PeersUpdated, RoundFinished, RunStopped)
+from swarm_app.events import EvaluationFinished, LogRecorded, PeersUpdated, RoundFinished, RunStopped
 from swarm_app.tui.dashboard import Dashboard, RewardChart
 from swarm_app.tui.logs import LogsView
 from swarm_app.tui.messages import SessionEvent
