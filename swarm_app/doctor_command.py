@@ -31,21 +31,25 @@ PACE_HINT = "not probed (it needs the model loaded); measure with `swarm run --n
 
 
 def torch_install_command(hw: Hardware) -> str:
-    """pip command for the right torch build: CUDA on NVIDIA, PyPI on a Mac, the CPU build elsewhere."""
+    """pip command for the right torch build: CUDA on NVIDIA, PyPI on a Mac, the CPU build elsewhere
+    (the same rule as tools/installer.py, which a fresh machine runs before this package exists)."""
     if hw.system == "Darwin":
         return "pip install torch"
+    index = cuda_index(hw.cuda_driver) if hw.cuda else None
+    if index:
+        return f"pip install --force-reinstall torch --index-url {PYTORCH_INDEX}/{index}"
     if hw.cuda:
-        return f"pip install --force-reinstall torch --index-url {PYTORCH_INDEX}/{cuda_index(hw.cuda_driver)}"
+        return f"update the NVIDIA driver to 525 or newer, then: pip install torch --index-url {PYTORCH_INDEX}/cu124"
     return f"pip install torch --index-url {PYTORCH_INDEX}/cpu"
 
 
-def cuda_index(driver: str) -> str:
-    """The newest PyTorch CUDA wheel index this driver runs (CUDA 12.8 needs driver 570+, 12.x 525+)."""
+def cuda_index(driver: str) -> str | None:
+    """The newest PyTorch CUDA index this driver runs: 12.8 needs 570+, 12.6 560+, 12.4 525+; None below."""
     try:
         major = int(driver.split(".")[0])
     except ValueError:
-        return "cu124"
-    return "cu128" if major >= 570 else "cu124" if major >= 525 else "cu118"
+        return "cu124"  # driver version unknown: the most widely supported index
+    return "cu128" if major >= 570 else "cu126" if major >= 560 else "cu124" if major >= 525 else None
 
 
 def install_command(name: str, hw: Hardware) -> str:

@@ -78,8 +78,10 @@ def test_macos_arm64(tmp_path, capsys, monkeypatch):
     (Hardware(system="Windows"), "pip install torch --index-url https://download.pytorch.org/whl/cpu"),
     (Hardware(system="Windows", cuda=True, cuda_driver="572.16"),
      "pip install --force-reinstall torch --index-url https://download.pytorch.org/whl/cu128"),
+    (Hardware(system="Linux", cuda=True, cuda_driver="565.57"),
+     "pip install --force-reinstall torch --index-url https://download.pytorch.org/whl/cu126"),
     (Hardware(system="Linux", cuda=True, cuda_driver="470.82"),
-     "pip install --force-reinstall torch --index-url https://download.pytorch.org/whl/cu118"),
+     "update the NVIDIA driver to 525 or newer, then: pip install torch --index-url https://download.pytorch.org/whl/cu124"),
 ])
 def test_the_torch_install_command_fits_the_machine(hw, command):
     assert doctor_command.torch_install_command(hw) == command
