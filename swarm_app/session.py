@@ -39,6 +39,7 @@ from swarm_app.training.metrics import MetricsLog
 
 log = logging.getLogger(__name__)
 
+
 def _process_memory() -> int:
     """This process's resident memory in bytes (0 where psutil cannot tell): shown live, kept per round."""
     import psutil  # deferred: ~10 ms, and only running sessions need it
