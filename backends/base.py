@@ -21,6 +21,11 @@ class BackendError(Exception):
     """A model or adapter that an engine cannot use; the message names the problem and the fix."""
 
 
+class EngineBroken(BackendError):
+    """The engine is installed but does not work here (an import error, a missing shared library):
+    another engine may still run the same model, so `auto` falls back to the next one."""
+
+
 class Cancelled(Exception):
     """Raised by a `Progress` callback to stop generation between decode steps; the engine lets it
     propagate and keeps no partial state (nothing it generated so far is returned)."""

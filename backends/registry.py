@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 
-from backends.base import Backend, BackendError, Hardware
+from backends.base import Backend, BackendError, EngineBroken, Hardware, ModelSpec
 
 ENGINES: dict[str, str] = {
     "torch": "backends.torch_lora:TorchBackend",
@@ -107,3 +107,16 @@ def resume_conflict(saved_engine: str, engine: str) -> str | None:
 
 def create(name: str) -> Backend:
     return backend_class(name)()
+
+
+def load(name: str, spec: ModelSpec) -> Backend:
+    """A created engine with `spec` loaded. An engine whose own libraries fail to import or load (a broken
+    install, a missing shared library) raises EngineBroken; everything else the engine raises stays."""
+    try:
+        engine = create(name)
+        engine.load(spec)
+    except (ImportError, OSError) as exc:
+        raise EngineBroken(f"the {name} engine is installed but does not load here ({type(exc).__name__}: "
+                           f"{exc}); reinstall it (swarm doctor prints the command) or choose another with "
+                           "--backend") from exc
+    return engine

@@ -41,9 +41,8 @@ def run_eval(settings: Settings, adapter: Path | None, n: int, hardware: Hardwar
     adapter_dir = _adapter_folder(adapter) if adapter else None
     try:
         name, _ = registry.choose(settings.model.backend, hardware, training=False)
-        backend = registry.create(name)
-        backend.load(model_spec(settings, model_dir, trainable=False, model_id=model.model_id,
-                                threads=recommend(hardware, name).threads))
+        backend = registry.load(name, model_spec(settings, model_dir, trainable=False, model_id=model.model_id,
+                                                 threads=recommend(hardware, name).threads))
         if adapter_dir is not None:
             backend.load_adapter(adapter_dir)
     except BackendError as exc:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from backends import registry
-from backends.base import BackendError, Cancelled, Hardware, Sampling
+from backends.base import BackendError, Cancelled, EngineBroken, Hardware, Sampling
 from swarm_app import tasks
 from swarm_app.errors import CheckpointError, ModelError, SwarmError
 from swarm_app.event_bus import EventBus, LogForwarder
@@ -185,18 +185,31 @@ class Session:
         return True
 
     def _load_backend(self, model_dir: Path):
+        """The engine `--backend` names, or the best that works here: with auto, an engine that is
+        installed but broken is skipped for the next one (saying so); a chosen one is never swapped."""
+        requested = self.settings.model.backend
         if self.hardware is None:
-            self.hardware = detect_hardware(self.settings.model.backend)
+            self.hardware = detect_hardware(requested)
         try:
-            self.backend_name, self.backend_reason = registry.choose(self.settings.model.backend, self.hardware)
-            self.events.publish_threadsafe(ModelLoading(self.model.model_id, self.backend_name, "loading the model"))
-            self.advice = recommend(self.hardware, self.backend_name)
-            backend = registry.create(self.backend_name)
-            backend.load(model_spec(self.settings, model_dir, model_id=self.model.model_id,
-                                    threads=self.settings.model.threads or self.advice.threads))
+            self.backend_name, self.backend_reason = registry.choose(requested, self.hardware)
+            fallbacks = [n for n in registry.auto_order(self.hardware) if n != self.backend_name] if requested == "auto" else []
+            while True:
+                try:
+                    return self._load_engine(model_dir)
+                except EngineBroken as exc:
+                    if not fallbacks:
+                        raise
+                    log.warning("%s; using the %s engine instead", exc, fallbacks[0])
+                    self.backend_name = fallbacks.pop(0)
+                    self.backend_reason = f"fallback: the engine auto chose first does not load ({exc})"
         except BackendError as exc:
             raise ModelError(str(exc)) from None
-        return backend
+
+    def _load_engine(self, model_dir: Path):
+        self.events.publish_threadsafe(ModelLoading(self.model.model_id, self.backend_name, "loading the model"))
+        self.advice = recommend(self.hardware, self.backend_name)
+        return registry.load(self.backend_name, model_spec(self.settings, model_dir, model_id=self.model.model_id,
+                                                           threads=self.settings.model.threads or self.advice.threads))
 
     def _plan(self, specs: list[tasks.TaskSpec]) -> RoundPlan:
         t, m = self.settings.train, self.settings.model
