@@ -144,6 +144,15 @@ async def _reach(address: str) -> dict:
     return {"address": address, "reachable": True, "reason": "", **await _versions(host, port)}
 
 
+async def _read_to_end(reader: asyncio.StreamReader, limit: int) -> bytes:
+    """What the peer sends until it closes (HTTP/1.0), at most `limit` bytes: one read() may stop
+    after the headers."""
+    raw = b""
+    while len(raw) < limit and (chunk := await reader.read(limit - len(raw))):
+        raw += chunk
+    return raw
+
+
 async def _versions(host: str, port: int) -> dict:
     """The peer's protocol and software versions from GET /rsp/v1/info, and what to do when they differ.
     A plain HTTP/1.0 request on a stream: doctor stays free of aiohttp."""
@@ -153,7 +162,7 @@ async def _versions(host: str, port: int) -> dict:
     try:
         reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), PEER_TIMEOUT_S)
         writer.write(f"GET /rsp/v1/info HTTP/1.0\r\nHost: {host}\r\n\r\n".encode("ascii"))
-        raw = await asyncio.wait_for(reader.read(65536), PEER_TIMEOUT_S)
+        raw = await asyncio.wait_for(_read_to_end(reader, 65536), PEER_TIMEOUT_S)
         writer.close()
         info = json.loads(raw.partition(b"\r\n\r\n")[2])
     except (OSError, asyncio.TimeoutError, ValueError):
