@@ -16,11 +16,14 @@ Must not import swarm_app, and must not import mlx or mlx_lm at module level (`i
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import logging
 import math
 import random
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -30,7 +33,8 @@ from backends import mlx_adapter, mlx_decode
 from backends.base import Backend, BackendError, Completion, Hardware, Messages, ModelSpec, Progress, Sampling
 from backends.base import TrainSample, TrainStats
 from backends.torch_batching import split_by_budget
-from backends.torch_lora import IM_END, check_model_folder, load_tokenizer, model_folder, shuffle_seed, stop_ids
+from backends.chat import IM_END, check_model_folder, encode_prompt, load_tokenizer, model_folder, stop_ids
+from backends.torch_lora import shuffle_seed
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +83,18 @@ def read_config(folder: Path) -> dict:
         raise BackendError(f"cannot read {folder / 'config.json'}: {exc}") from exc
 
 
+def on_mlx_thread(method):
+    """Run the method on the engine's own thread: MLX keeps its streams per thread ("There is no
+    Stream(cpu, 1) in current thread" when a model loaded on one thread is used from another), and the
+    app calls engines from whichever worker thread is free."""
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        if threading.current_thread() is self._thread_marker:
+            return method(self, *args, **kwargs)
+        return self._mlx_thread.submit(method, self, *args, **kwargs).result()
+    return call
+
+
 class MlxBackend(Backend):
     """One mlx-lm model + LoRA layers + AdamW. Old-policy log-probs are taken once per round in eval mode."""
 
@@ -87,11 +103,16 @@ class MlxBackend(Backend):
     supports_cancel = True
 
     def __init__(self) -> None:
+        self._thread_marker: threading.Thread | None = None
+        self._mlx_thread = ThreadPoolExecutor(1, thread_name_prefix="swarm-mlx", initializer=self._mark_thread)
         self._model = self._tok = self._optimizer = self._spec = None
         self._model_id = ""
         self._stop_ids: list[int] = []
         self._end_id = 0
         self._draws = random.Random()
+
+    def _mark_thread(self) -> None:
+        self._thread_marker = threading.current_thread()
 
     @classmethod
     def is_available(cls, hw: Hardware) -> tuple[bool, str]:
@@ -106,6 +127,7 @@ class MlxBackend(Backend):
     def runs_accelerated(cls, hw: Hardware) -> bool:
         return hw.apple_silicon
 
+    @on_mlx_thread
     def load(self, spec: ModelSpec) -> None:
         import mlx.core as mx
         from mlx_lm.utils import load_model
@@ -175,16 +197,11 @@ class MlxBackend(Backend):
         return self._model_id
 
     def _encode_prompt(self, messages: Messages) -> list[int]:
-        from jinja2 import TemplateError
-
-        try:
-            text = self._tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        except TemplateError as exc:
-            raise BackendError(f"the chat template of {self._model_id} rejected a prompt: {exc}") from exc
-        return self._tok(text, add_special_tokens=False)["input_ids"]
+        return encode_prompt(self._tok, messages, self._model_id)
 
     # Generation
 
+    @on_mlx_thread
     def generate(self, prompts: list[Messages], n: int, sampling: Sampling,
                  progress: Progress | None = None) -> list[list[Completion]]:
         import mlx.core as mx
@@ -281,10 +298,12 @@ class MlxBackend(Backend):
                 out[i] = mx.stop_gradient(logp[row, : seqs[i].n_completion])
         return out
 
+    @on_mlx_thread
     def token_logprobs(self, batch: list[TrainSample]) -> list[list[float]]:
         self._require_model()
         return [logp.tolist() for logp in self._old_logps([self._encode_sample(s) for s in batch])]
 
+    @on_mlx_thread
     def train_step(self, batch: list[TrainSample], progress: Progress | None = None) -> TrainStats:
         self._require_model()
         if self._optimizer is None:
@@ -369,6 +388,7 @@ class MlxBackend(Backend):
             log.warning("skipped an optimizer step: the gradient norm is %s", norm)
         return _Step(loss, total, clipped, norm, finite)
 
+    @on_mlx_thread
     def loss_and_gradients(self, batch: list[TrainSample]) -> tuple[float, dict]:
         """The first step's loss (ratio 1) and its LoRA gradient over `batch` as one minibatch, with PEFT names
         and layout (numpy), without updating anything: for comparing engines in tests."""
@@ -385,9 +405,11 @@ class MlxBackend(Backend):
 
     # Adapter files (backends/mlx_adapter.py)
 
+    @on_mlx_thread
     def save_adapter(self, folder: Path) -> None:
         mlx_adapter.save(Path(folder), self._require_model(), self._optimizer, self._spec)
 
+    @on_mlx_thread
     def load_adapter(self, folder: Path) -> None:
         model = self._require_model()
         folder = Path(folder)
@@ -399,6 +421,7 @@ class MlxBackend(Backend):
         self._optimizer = optimizer
         log.info("loaded adapter from %s", folder)
 
+    @on_mlx_thread
     def memory(self) -> int:
         from mlx.utils import tree_flatten
 
@@ -415,5 +438,6 @@ class MlxBackend(Backend):
 
         return "mlx:gpu" if mx.default_device().type == mx.DeviceType.gpu else "mlx:cpu"
 
+    @on_mlx_thread
     def close(self) -> None:
         self._model = self._tok = self._optimizer = None

@@ -18,7 +18,6 @@ import json
 import logging
 import math
 import pickle
-import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +25,9 @@ from typing import Iterator, NamedTuple
 
 from backends.base import Backend, BackendError, Completion, Hardware, Messages, ModelSpec, Progress, Sampling
 from backends.base import TrainSample, TrainStats
+from backends.chat import IM_END, check_model_folder, encode_prompt, load_tokenizer, model_folder, stop_ids
 from backends.memory_fit import check_fits
+from backends.torch_device import free_memory, pick_device, torch_cuda_build, torch_float32, where_of
 from backends.torch_batching import cache_kwarg, pad, prompt_cache, split_by_budget
 
 log = logging.getLogger(__name__)
@@ -36,7 +37,6 @@ GENERATE_CHUNK = 64
 OPTIMIZER_FILE = "optimizer.pt"
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
-IM_END = "<|im_end|>"
 
 
 @dataclass(frozen=True)
@@ -57,94 +57,6 @@ class _Step(NamedTuple):
     clipped: float
     grad_norm: float
     taken: bool
-
-
-def model_folder(path: str) -> Path:
-    """`path` as a folder; hub ids and the bundled model are resolved by the app before the engine sees them."""
-    folder = Path(path).expanduser()
-    if not folder.is_dir():
-        raise BackendError(f"model folder {folder} does not exist: check the path (resolve hub ids first)")
-    return folder
-
-
-def torch_cuda_build() -> str:
-    """The CUDA version this torch was built for ("" for a CPU build or no torch), read from
-    torch/version.py without importing torch (~2 s)."""
-    spec = importlib.util.find_spec("torch")
-    if spec is None or not spec.submodule_search_locations:
-        return ""
-    version_file = Path(next(iter(spec.submodule_search_locations))) / "version.py"
-    try:
-        text = version_file.read_text(encoding="utf-8")
-    except OSError:
-        return ""
-    match = re.search(r"^cuda\s*(?::[^=]*)?=\s*['\"]([^'\"]+)['\"]", text, re.MULTILINE)
-    return match.group(1) if match else ""
-
-
-def check_model_folder(folder: Path) -> None:
-    if not (folder / "config.json").is_file():
-        raise BackendError(f"{folder} has no config.json: point to a model folder written by save_pretrained")
-    if not (folder / "tokenizer.json").is_file():
-        raise BackendError(f"{folder} has no tokenizer.json: save the model's fast tokenizer into it "
-                           "(AutoTokenizer.from_pretrained(...).save_pretrained(folder))")
-
-
-def load_tokenizer(folder: Path):
-    """The saved fast tokenizer, exactly (AutoTokenizer may swap in a class that tokenizes differently)."""
-    from transformers import PreTrainedTokenizerFast
-
-    try:
-        tok = PreTrainedTokenizerFast.from_pretrained(str(folder), local_files_only=True)
-    except (OSError, ValueError) as exc:
-        raise BackendError(f"cannot read the tokenizer in {folder}: {exc}") from exc
-    tok.padding_side = "left"  # not kept by save/load
-    if not tok.chat_template:
-        raise BackendError(f"the tokenizer in {folder} has no chat template: add a 'chat_template' to "
-                           "tokenizer_config.json (or a chat_template.jinja), e.g. from the model's instruct version")
-    if tok.eos_token_id is None:
-        raise BackendError(f"the tokenizer in {folder} has no eos token: set eos_token in tokenizer_config.json")
-    if tok.pad_token_id is None:
-        tok.pad_token = tok.eos_token
-    return tok
-
-
-def stop_ids(tok, end_id: int, checkpoint_eos: int | list[int] | None) -> list[int]:
-    """Tokens that end a completion: the tokenizer's eos, the end-of-turn token and the checkpoint's eos ids."""
-    extra = checkpoint_eos if isinstance(checkpoint_eos, list) else [checkpoint_eos]
-    return sorted({tok.eos_token_id, end_id, *(i for i in extra if i is not None)})
-
-
-def torch_float32():
-    import torch
-
-    return torch.float32
-
-
-def free_memory(device) -> int:
-    """Bytes free where the model will live: the GPU's free memory, or available RAM on CPU."""
-    if device.type == "cuda":
-        import torch
-
-        return int(torch.cuda.mem_get_info(device)[0])
-    import psutil
-
-    return int(psutil.virtual_memory().available)
-
-
-def where_of(device) -> str:
-    return "the GPU" if device.type == "cuda" else "RAM"
-
-
-def pick_device(threads: int):
-    """(device, dtype): CUDA with bf16 where supported (fp32 otherwise), else CPU fp32 on `threads` threads."""
-    import torch
-
-    if torch.cuda.is_available():
-        dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32
-        return torch.device("cuda"), dtype
-    torch.set_num_threads(max(1, threads))
-    return torch.device("cpu"), torch.float32
 
 
 def attach_lora(model, spec: ModelSpec):
@@ -245,14 +157,7 @@ class TorchBackend(Backend):
         return self._model_id
 
     def _encode_prompt(self, messages: Messages) -> list[int]:
-        from jinja2 import TemplateError
-
-        try:
-            text = self._tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        except TemplateError as exc:
-            raise BackendError(f"the chat template of {self._model_id} rejected a prompt: {exc}") from exc
-        # The template already holds every special token the model expects (BOS included).
-        return self._tok(text, add_special_tokens=False)["input_ids"]
+        return encode_prompt(self._tok, messages, self._model_id)
 
     def generate(self, prompts: list[Messages], n: int, sampling: Sampling,
                  progress: Progress | None = None) -> list[list[Completion]]:
