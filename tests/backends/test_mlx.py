@@ -248,3 +248,30 @@ def test_memory_counts_weights_adapter_and_moments():
     params = 4_200_000  # the bundled model: ~4.2 M float32 weights (tied embeddings counted once)
     assert 0.8 * params * 4 < mlx.memory() < 1.5 * params * 4
     assert mlx.device() == "mlx:cpu" or mlx.device() == "mlx:gpu"
+
+
+def test_the_engine_can_be_called_from_any_thread(tmp_path):
+    """The session loads on one thread and runs rounds on whichever pool thread is free: MLX keeps its
+    streams per thread, so the engine does its MLX work on a thread of its own."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from backends.mlx import MlxBackend
+
+    engine = MlxBackend()
+    def load_and_resume() -> None:  # what the session's loading thread does
+        engine.load(ModelSpec(str(BUNDLED)))
+        engine.save_adapter(tmp_path / "adapter")
+        engine.load_adapter(tmp_path / "adapter")
+
+    loader = threading.Thread(target=load_and_resume)
+    loader.start()
+    loader.join()
+    prompt = [{"role": "user", "content": "1 + 2 = ?"}]
+    batch = [TrainSample(prompt, " <answer>3</answer>", 1.0), TrainSample(prompt, " <answer>4</answer>", -1.0)]
+    for k in range(3):  # a new thread each time, as asyncio.to_thread may give
+        with ThreadPoolExecutor(1) as pool:
+            out = pool.submit(engine.generate, [prompt], 2, Sampling(max_new_tokens=8, seed=k)).result()
+            stats = pool.submit(engine.train_step, batch).result()
+        assert len(out[0]) == 2 and stats.tokens > 0
+    engine.close()
