@@ -16,14 +16,11 @@ Must not import swarm_app, and must not import mlx or mlx_lm at module level (`i
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 import json
 import logging
 import math
 import random
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -83,18 +80,6 @@ def read_config(folder: Path) -> dict:
         raise BackendError(f"cannot read {folder / 'config.json'}: {exc}") from exc
 
 
-def on_mlx_thread(method):
-    """Run the method on the engine's own thread: MLX keeps its streams per thread ("There is no
-    Stream(cpu, 1) in current thread" when a model loaded on one thread is used from another), and the
-    app calls engines from whichever worker thread is free."""
-    @functools.wraps(method)
-    def call(self, *args, **kwargs):
-        if threading.current_thread() is self._thread_marker:
-            return method(self, *args, **kwargs)
-        return self._mlx_thread.submit(method, self, *args, **kwargs).result()
-    return call
-
-
 class MlxBackend(Backend):
     """One mlx-lm model + LoRA layers + AdamW. Old-policy log-probs are taken once per round in eval mode."""
 
@@ -103,16 +88,11 @@ class MlxBackend(Backend):
     supports_cancel = True
 
     def __init__(self) -> None:
-        self._thread_marker: threading.Thread | None = None
-        self._mlx_thread = ThreadPoolExecutor(1, thread_name_prefix="swarm-mlx", initializer=self._mark_thread)
         self._model = self._tok = self._optimizer = self._spec = None
         self._model_id = ""
         self._stop_ids: list[int] = []
         self._end_id = 0
         self._draws = random.Random()
-
-    def _mark_thread(self) -> None:
-        self._thread_marker = threading.current_thread()
 
     @classmethod
     def is_available(cls, hw: Hardware) -> tuple[bool, str]:
@@ -127,7 +107,6 @@ class MlxBackend(Backend):
     def runs_accelerated(cls, hw: Hardware) -> bool:
         return hw.apple_silicon
 
-    @on_mlx_thread
     def load(self, spec: ModelSpec) -> None:
         import mlx.core as mx
         from mlx_lm.utils import load_model
@@ -201,7 +180,6 @@ class MlxBackend(Backend):
 
     # Generation
 
-    @on_mlx_thread
     def generate(self, prompts: list[Messages], n: int, sampling: Sampling,
                  progress: Progress | None = None) -> list[list[Completion]]:
         import mlx.core as mx
@@ -298,12 +276,10 @@ class MlxBackend(Backend):
                 out[i] = mx.stop_gradient(logp[row, : seqs[i].n_completion])
         return out
 
-    @on_mlx_thread
     def token_logprobs(self, batch: list[TrainSample]) -> list[list[float]]:
         self._require_model()
         return [logp.tolist() for logp in self._old_logps([self._encode_sample(s) for s in batch])]
 
-    @on_mlx_thread
     def train_step(self, batch: list[TrainSample], progress: Progress | None = None) -> TrainStats:
         self._require_model()
         if self._optimizer is None:
@@ -388,7 +364,6 @@ class MlxBackend(Backend):
             log.warning("skipped an optimizer step: the gradient norm is %s", norm)
         return _Step(loss, total, clipped, norm, finite)
 
-    @on_mlx_thread
     def loss_and_gradients(self, batch: list[TrainSample]) -> tuple[float, dict]:
         """The first step's loss (ratio 1) and its LoRA gradient over `batch` as one minibatch, with PEFT names
         and layout (numpy), without updating anything: for comparing engines in tests."""
@@ -405,11 +380,9 @@ class MlxBackend(Backend):
 
     # Adapter files (backends/mlx_adapter.py)
 
-    @on_mlx_thread
     def save_adapter(self, folder: Path) -> None:
         mlx_adapter.save(Path(folder), self._require_model(), self._optimizer, self._spec)
 
-    @on_mlx_thread
     def load_adapter(self, folder: Path) -> None:
         model = self._require_model()
         folder = Path(folder)
@@ -421,7 +394,6 @@ class MlxBackend(Backend):
         self._optimizer = optimizer
         log.info("loaded adapter from %s", folder)
 
-    @on_mlx_thread
     def memory(self) -> int:
         from mlx.utils import tree_flatten
 
@@ -438,6 +410,5 @@ class MlxBackend(Backend):
 
         return "mlx:gpu" if mx.default_device().type == mx.DeviceType.gpu else "mlx:cpu"
 
-    @on_mlx_thread
     def close(self) -> None:
         self._model = self._tok = self._optimizer = None

@@ -71,6 +71,7 @@ def apply_weights(model, weights: dict) -> None:
 
 def read_optimizer(path: Path, optimizer, model):
     """`optimizer` (fresh) holding `path`'s moments and step."""
+    import mlx.core as mx
     from mlx.utils import tree_flatten, tree_unflatten
 
     if not path.is_file():  # resetting Adam's moments silently would change training without a word
@@ -78,11 +79,11 @@ def read_optimizer(path: Path, optimizer, model):
     state = _read(path)
     state.pop("weight_decay", None)
     optimizer.init(model.trainable_parameters())
-    if not any(key.endswith((".m", ".v")) for key in state):
-        return optimizer  # saved before any step (a round without reward spread): fresh moments are that state
-    if set(state) != set(dict(tree_flatten(optimizer.state))):
-        raise BackendError(f"the optimizer state {path} does not fit this adapter: start a fresh adapter")
-    optimizer.state = tree_unflatten(list(state.items()))
+    if any(key.endswith((".m", ".v")) for key in state):  # none: saved before any step, fresh moments are that state
+        if set(state) != set(dict(tree_flatten(optimizer.state))):
+            raise BackendError(f"the optimizer state {path} does not fit this adapter: start a fresh adapter")
+        optimizer.state = tree_unflatten(list(state.items()))
+    mx.eval(optimizer.state)  # materialized here, for the same reason as in _read
     return optimizer
 
 
@@ -90,6 +91,10 @@ def _read(path: Path) -> dict:
     import mlx.core as mx
 
     try:
-        return mx.load(str(path))
+        arrays = mx.load(str(path))
+        # Loaded now, not lazily: a lazy array belongs to this thread's stream, and the session loads on
+        # one thread and trains on another ("There is no Stream(cpu, 1) in current thread").
+        mx.eval(list(arrays.values()))
+        return arrays
     except (OSError, ValueError, RuntimeError) as exc:
         raise BackendError(f"cannot read {path}: {exc}") from exc

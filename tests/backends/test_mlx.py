@@ -252,7 +252,7 @@ def test_memory_counts_weights_adapter_and_moments():
 
 def test_the_engine_can_be_called_from_any_thread(tmp_path):
     """The session loads on one thread and runs rounds on whichever pool thread is free: MLX keeps its
-    streams per thread, so the engine does its MLX work on a thread of its own."""
+    streams per thread, so what loading reads from disk is materialized there, not left lazy."""
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
