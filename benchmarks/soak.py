@@ -23,6 +23,7 @@ import asyncio
 import json
 import logging
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -94,6 +95,7 @@ class Recorder:
         self.samples: list[dict] = []
         self.first_snapshot = None
         self.process = psutil.Process()
+        self._plotter: subprocess.Popen | None = None
 
     def sample(self, started: float, nodes, rounds: list[int]) -> dict:
         row = {"t_s": round(time.monotonic() - started, 1), "rss_mb": round(self.process.memory_info().rss / 2**20, 1),
@@ -119,32 +121,42 @@ class Recorder:
         self.plot()
 
     def plot(self) -> None:
-        import matplotlib
+        """The PNG, drawn by a child process from the JSON: matplotlib in this process would be part of
+        the RSS being measured (it was, until the first 60-minute soak: its figures churned each minute)."""
+        if self._plotter is not None and self._plotter.poll() is None:
+            return  # the last drawing is still going; the next sample draws again
+        self._plotter = subprocess.Popen([sys.executable, __file__, "--plot", str(self.json_path), str(self.png_path)])
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
 
-        minutes = [s["t_s"] / 60 for s in self.samples]
-        fig, axes = plt.subplots(2, 2, figsize=(11, 7), sharex=True)
-        axes[0][0].plot(minutes, [s["rss_mb"] for s in self.samples])
-        axes[0][0].set_title("process RSS (MB)")
-        axes[0][1].plot(minutes, [s["fds"] for s in self.samples])
-        axes[0][1].set_title("open descriptors")
-        for i in range(len(self.samples[0]["nodes"])):
-            axes[1][0].plot(minutes, [s["nodes"][i]["pool"] for s in self.samples], label=f"pool {i}")
-            axes[1][0].plot(minutes, [s["nodes"][i]["seen"] for s in self.samples], "--", label=f"seen {i}")
-            axes[1][1].plot(minutes, [s["nodes"][i]["rounds"] for s in self.samples], label=f"node {i}")
-        axes[1][0].set_title("pool and seen-cache entries")
-        axes[1][1].set_title("rounds done")
-        for ax in axes[1]:
-            ax.set_xlabel("minutes")
-            ax.legend(fontsize=7)
-        fig.suptitle(f"soak: {self.meta['nodes']} nodes, {self.meta['rate_x']}x receive rate")
-        fig.tight_layout()
-        tmp = self.png_path.with_suffix(".tmp.png")
-        fig.savefig(tmp, dpi=80)
-        plt.close(fig)
-        os.replace(tmp, self.png_path)
+def plot(json_path: Path, png_path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    meta = json.loads(json_path.read_text())
+    samples = meta["samples"]
+    minutes = [s["t_s"] / 60 for s in samples]
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7), sharex=True)
+    axes[0][0].plot(minutes, [s["rss_mb"] for s in samples])
+    axes[0][0].set_title("process RSS (MB)")
+    axes[0][1].plot(minutes, [s["fds"] for s in samples])
+    axes[0][1].set_title("open descriptors")
+    for i in range(len(samples[0]["nodes"])):
+        axes[1][0].plot(minutes, [s["nodes"][i]["pool"] for s in samples], label=f"pool {i}")
+        axes[1][0].plot(minutes, [s["nodes"][i]["seen"] for s in samples], "--", label=f"seen {i}")
+        axes[1][1].plot(minutes, [s["nodes"][i]["rounds"] for s in samples], label=f"node {i}")
+    axes[1][0].set_title("pool and seen-cache entries")
+    axes[1][1].set_title("rounds done")
+    for ax in axes[1]:
+        ax.set_xlabel("minutes")
+        ax.legend(fontsize=7)
+    fig.suptitle(f"soak: {meta['nodes']} nodes, {meta['rate_x']}x receive rate")
+    fig.tight_layout()
+    tmp = png_path.with_suffix(".tmp.png")
+    fig.savefig(tmp, dpi=80)
+    plt.close(fig)
+    os.replace(tmp, png_path)
 
 
 async def soak(args: argparse.Namespace, work: Path) -> Recorder:
@@ -196,6 +208,9 @@ async def soak(args: argparse.Namespace, work: Path) -> Recorder:
 
 
 def main() -> int:
+    if sys.argv[1:2] == ["--plot"]:
+        plot(Path(sys.argv[2]), Path(sys.argv[3]))
+        return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=60.0)
     parser.add_argument("--nodes", type=int, default=2)
