@@ -34,3 +34,14 @@ def test_auto_falls_back_from_a_broken_engine_and_says_so(stub_model, tmp_path, 
     started = [e for e in events if e["event"] == "RunStarted"][0]
     assert code == 0 and started["backend"] == "fake" and started["backend_reason"].startswith("fallback")
     assert "using the fake engine instead" in caplog.text
+
+
+def test_mlx_on_a_machine_without_it_says_how_to_install(stub_model, tmp_path, capsys, monkeypatch):
+    import backends.mlx
+
+    monkeypatch.setattr(backends.mlx, "REQUIRED", ("mlx_not_installed_here",))  # as on a machine without mlx
+    code = main(["run", "--no-ui", "--backend", "mlx", "--model", str(stub_model), "--rounds", "1",
+                 "--run-dir", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code == 2 and "backend 'mlx' is not usable here" in err and 'pip install "swarm-app[mlx]"' in err
+    assert "Traceback" not in err and not (tmp_path / "run" / "run.json").exists()
