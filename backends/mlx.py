@@ -21,41 +21,19 @@ import json
 import logging
 import math
 import random
-from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
 
 from backends import adapter_convert as convert
 from backends import mlx_adapter, mlx_decode
 from backends.base import Backend, BackendError, Completion, Hardware, Messages, ModelSpec, Progress, Sampling
 from backends.base import TrainSample, TrainStats
-from backends.torch_batching import split_by_budget
 from backends.chat import IM_END, check_model_folder, encode_prompt, load_tokenizer, model_folder, stop_ids
+from backends.grpo_batch import Sequence, Step, encode_sample, group_by_prompt, summarize
 from backends.torch_lora import shuffle_seed
 
 log = logging.getLogger(__name__)
 
 REQUIRED = ("mlx", "mlx_lm", "transformers")
-
-
-@dataclass(frozen=True)
-class _Sequence:
-    """Prompt + completion ids; tokens from `prompt_len` on are the completion (with the end token)."""
-
-    ids: list[int]
-    prompt_len: int
-
-    @property
-    def n_completion(self) -> int:
-        return len(self.ids) - self.prompt_len
-
-
-class _Step(NamedTuple):
-    loss: float
-    tokens: int
-    clipped: float
-    grad_norm: float
-    taken: bool
 
 
 def config_overrides(config: dict) -> dict:
@@ -230,12 +208,10 @@ class MlxBackend(Backend):
 
     # Training
 
-    def _encode_sample(self, sample: TrainSample) -> _Sequence:
-        prompt = self._encode_prompt(sample.messages)
-        completion = self._tok(sample.completion, add_special_tokens=False)["input_ids"] + [self._end_id]
-        return _Sequence(prompt + completion, len(prompt))
+    def _encode_sample(self, sample: TrainSample) -> Sequence:
+        return encode_sample(self._tok, sample.messages, sample.completion, self._end_id, self._model_id)
 
-    def _group_logps(self, seqs: list[_Sequence]):
+    def _group_logps(self, seqs: list[Sequence]):
         """([B, T] log-probs of each completion token, [B, T] mask) for `seqs` sharing one prompt.
 
         The prompt but its last token goes through the model once; its cache is repeated for every
@@ -255,16 +231,10 @@ class MlxBackend(Backend):
         mask = mx.arange(width - 1)[None, :] < mx.array([s.n_completion for s in seqs])[:, None]
         return logp, mask
 
-    def _groups(self, seqs: list[_Sequence]) -> list[list[int]]:
-        """Indices grouped by prompt, each group split so its padded logits stay under the logit budget."""
-        by_prompt: dict[tuple[int, ...], list[int]] = {}
-        for i, s in enumerate(seqs):
-            by_prompt.setdefault(tuple(s.ids[: s.prompt_len]), []).append(i)
-        vocab = self._model.args.vocab_size
-        return [[members[j] for j in part] for members in by_prompt.values()
-                for part in split_by_budget([seqs[i].n_completion + 1 for i in members], vocab)]
+    def _groups(self, seqs: list[Sequence]) -> list[list[int]]:
+        return group_by_prompt(seqs, self._model.args.vocab_size)
 
-    def _old_logps(self, seqs: list[_Sequence]) -> list:
+    def _old_logps(self, seqs: list[Sequence]) -> list:
         """Per-sample 1-D log-probs under the policy as the round starts (computed once, no gradient)."""
         import mlx.core as mx
 
@@ -301,10 +271,7 @@ class MlxBackend(Backend):
                     progress(k, len(parts))
         finally:
             self._model.eval()
-        taken = [s for s in steps if s.taken]
-        return TrainStats(loss=sum(s.loss for s in steps) / len(steps), tokens=sum(s.n_completion for s in seqs),
-                          clipped_fraction=sum(s.clipped for s in steps) / max(sum(s.tokens for s in steps), 1),
-                          grad_norm=sum(s.grad_norm for s in taken) / max(len(taken), 1), steps=len(taken))
+        return summarize(steps, tokens=sum(s.n_completion for s in seqs))
 
     def _minibatches(self, n: int, seed: int) -> list[list[int]]:
         """Per epoch, a fresh shuffle of range(n) split into `minibatches` parts (NumPy's generator)."""
@@ -315,7 +282,7 @@ class MlxBackend(Backend):
         return [part.tolist() for _ in range(optim.epochs)
                 for part in np.array_split(rng.permutation(n), min(optim.minibatches, n))]
 
-    def _gradients(self, seqs: list[_Sequence], old: list, advantages: list[float], total: int):
+    def _gradients(self, seqs: list[Sequence], old: list, advantages: list[float], total: int):
         """(loss, clipped tokens, gradient tree) of one minibatch's samples with A != 0, accumulated group by
         group; the token mean divides by `total`, the minibatch's completion tokens (A == 0 ones included)."""
         import mlx.core as mx
@@ -344,14 +311,14 @@ class MlxBackend(Backend):
             clipped += cut.item()
         return loss_sum, clipped, grads
 
-    def _minibatch_step(self, seqs: list[_Sequence], old: list, advantages: list[float]) -> _Step:
+    def _minibatch_step(self, seqs: list[Sequence], old: list, advantages: list[float]) -> Step:
         import mlx.core as mx
         import mlx.optimizers as optim
 
         total = sum(s.n_completion for s in seqs)
         keep = [i for i, a in enumerate(advantages) if a != 0.0]
         if not keep:
-            return _Step(0.0, total, 0.0, 0.0, False)
+            return Step(0.0, total, 0.0, 0.0, False)
         loss, clipped, grads = self._gradients([seqs[i] for i in keep], [old[i] for i in keep],
                                                [advantages[i] for i in keep], total)
         grads, norm = optim.clip_grad_norm(grads, self._spec.optim.max_grad_norm)
@@ -362,7 +329,7 @@ class MlxBackend(Backend):
             mx.eval(self._model.parameters(), self._optimizer.state)
         else:
             log.warning("skipped an optimizer step: the gradient norm is %s", norm)
-        return _Step(loss, total, clipped, norm, finite)
+        return Step(loss, total, clipped, norm, finite)
 
     def loss_and_gradients(self, batch: list[TrainSample]) -> tuple[float, dict]:
         """The first step's loss (ratio 1) and its LoRA gradient over `batch` as one minibatch, with PEFT names

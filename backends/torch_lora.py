@@ -19,16 +19,16 @@ import logging
 import math
 import pickle
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, NamedTuple
+from typing import Iterator
 
 from backends.base import Backend, BackendError, Completion, Hardware, Messages, ModelSpec, Progress, Sampling
 from backends.base import TrainSample, TrainStats
 from backends.chat import IM_END, check_model_folder, encode_prompt, load_tokenizer, model_folder, stop_ids
+from backends.grpo_batch import Sequence, Step, encode_sample, group_by_prompt, summarize
 from backends.memory_fit import check_fits
 from backends.torch_device import free_memory, pick_device, torch_cuda_build, torch_float32, where_of
-from backends.torch_batching import cache_kwarg, pad, prompt_cache, split_by_budget
+from backends.torch_batching import cache_kwarg, pad, prompt_cache
 
 log = logging.getLogger(__name__)
 
@@ -37,26 +37,6 @@ GENERATE_CHUNK = 64
 OPTIMIZER_FILE = "optimizer.pt"
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
-
-
-@dataclass(frozen=True)
-class _Sequence:
-    """Prompt + completion token ids; tokens from `prompt_len` on are the completion (with the end token)."""
-
-    ids: list[int]
-    prompt_len: int
-
-    @property
-    def n_completion(self) -> int:
-        return len(self.ids) - self.prompt_len
-
-
-class _Step(NamedTuple):
-    loss: float
-    tokens: int
-    clipped: float
-    grad_norm: float
-    taken: bool
 
 
 def attach_lora(model, spec: ModelSpec):
@@ -227,12 +207,10 @@ class TorchBackend(Backend):
         text = self._tok.decode(new_tokens[:end], skip_special_tokens=True)
         return Completion(text=text, n_tokens=end + 1 if stops else end)
 
-    def _encode_sample(self, sample: TrainSample) -> _Sequence:
-        prompt = self._encode_prompt(sample.messages)
-        completion = self._tok(sample.completion, add_special_tokens=False)["input_ids"] + [self._end_id]
-        return _Sequence(ids=prompt + completion, prompt_len=len(prompt))
+    def _encode_sample(self, sample: TrainSample) -> Sequence:
+        return encode_sample(self._tok, sample.messages, sample.completion, self._end_id, self._model_id)
 
-    def _token_logps(self, seqs: list[_Sequence]):
+    def _token_logps(self, seqs: list[Sequence]):
         """Log-probs of every completion token of `seqs` (which share one prompt), flat, sample after sample.
 
         The prompt but its last token goes through the model once; its KV cache is repeated for every
@@ -260,16 +238,10 @@ class TorchBackend(Backend):
         n_completion = torch.tensor([s.n_completion for s in seqs], device=self._device).unsqueeze(1)
         return logp[torch.arange(logp.shape[1], device=self._device).unsqueeze(0) < n_completion]
 
-    def _groups(self, seqs: list[_Sequence]) -> list[list[int]]:
-        """Indices of `seqs` grouped by prompt, each group split so its padded logits stay under the budget."""
-        by_prompt: dict[tuple[int, ...], list[int]] = {}
-        for i, s in enumerate(seqs):
-            by_prompt.setdefault(tuple(s.ids[: s.prompt_len]), []).append(i)
-        vocab = self._model.config.get_text_config().vocab_size
-        return [[members[j] for j in part] for members in by_prompt.values()
-                for part in split_by_budget([seqs[i].n_completion + 1 for i in members], vocab)]
+    def _groups(self, seqs: list[Sequence]) -> list[list[int]]:
+        return group_by_prompt(seqs, self._model.config.get_text_config().vocab_size)
 
-    def _old_logps(self, seqs: list[_Sequence]) -> list:
+    def _old_logps(self, seqs: list[Sequence]) -> list:
         """Per-sample log-probs under the policy as the round starts (computed once, no grad)."""
         import torch
 
@@ -304,7 +276,7 @@ class TorchBackend(Backend):
                     progress(k, len(parts))
         finally:
             self._model.eval()
-        return self._summarize(steps, tokens=sum(s.n_completion for s in seqs))
+        return summarize(steps, tokens=sum(s.n_completion for s in seqs))
 
     def _minibatches(self, n: int, seed: int) -> Iterator[list[int]]:
         """Per epoch, a fresh shuffle of range(n) split into `minibatches` parts."""
@@ -316,7 +288,7 @@ class TorchBackend(Backend):
             order = torch.randperm(n, generator=shuffle)
             yield from (part.tolist() for part in torch.tensor_split(order, min(optim.minibatches, n)))
 
-    def _minibatch_step(self, seqs: list[_Sequence], old: list, advantages: list[float]) -> _Step:
+    def _minibatch_step(self, seqs: list[Sequence], old: list, advantages: list[float]) -> Step:
         """One optimizer step; the token mean spans the whole minibatch, accumulated group by group."""
         import torch
 
@@ -326,7 +298,7 @@ class TorchBackend(Backend):
         total = sum(s.n_completion for s in seqs)
         keep = [i for i, a in enumerate(advantages) if a != 0.0]
         if not keep:
-            return _Step(0.0, total, 0.0, 0.0, False)
+            return Step(0.0, total, 0.0, 0.0, False)
         seqs, old, advantages = [seqs[i] for i in keep], [old[i] for i in keep], [advantages[i] for i in keep]
         self._optimizer.zero_grad(set_to_none=True)
         loss_sum = clipped = 0.0
@@ -347,18 +319,7 @@ class TorchBackend(Backend):
         else:
             log.warning("skipped an optimizer step: the gradient norm is %s", norm)
         self._optimizer.zero_grad(set_to_none=True)
-        return _Step(loss_sum, total, clipped, norm, finite)
-
-    @staticmethod
-    def _summarize(steps: list[_Step], tokens: int) -> TrainStats:
-        taken = [s for s in steps if s.taken]
-        return TrainStats(
-            loss=sum(s.loss for s in steps) / len(steps),
-            tokens=tokens,
-            clipped_fraction=sum(s.clipped for s in steps) / max(sum(s.tokens for s in steps), 1),
-            grad_norm=sum(s.grad_norm for s in taken) / max(len(taken), 1),
-            steps=len(taken),
-        )
+        return Step(loss_sum, total, clipped, norm, finite)
 
     def save_adapter(self, folder: Path) -> None:
         import torch

@@ -1,0 +1,62 @@
+"""One round's update data, the same for every engine that trains in Python (torch, mlx): the encoded
+prompt + completion sequences, their grouping by shared prompt under a logit budget, and the record of
+each optimizer step with the round's summary. Engines do the tensor work; nothing here imports one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from backends.base import Messages, TrainStats
+from backends.chat import encode_prompt
+from backends.torch_batching import split_by_budget
+
+
+@dataclass(frozen=True)
+class Sequence:
+    """Prompt + completion token ids; tokens from `prompt_len` on are the completion (with the end token)."""
+
+    ids: list[int]
+    prompt_len: int
+
+    @property
+    def n_completion(self) -> int:
+        return len(self.ids) - self.prompt_len
+
+
+class Step(NamedTuple):
+    """One optimizer step: summed loss, tokens in its token mean, clipped tokens, gradient norm, taken."""
+
+    loss: float
+    tokens: int
+    clipped: float
+    grad_norm: float
+    taken: bool
+
+
+def encode_sample(tok, messages: Messages, completion: str, end_id: int, model_id: str) -> Sequence:
+    """The prompt as the chat template renders it, then the completion and the end-of-turn token."""
+    prompt = encode_prompt(tok, messages, model_id)
+    return Sequence(prompt + tok(completion, add_special_tokens=False)["input_ids"] + [end_id], len(prompt))
+
+
+def group_by_prompt(seqs: list[Sequence], vocab: int) -> list[list[int]]:
+    """Indices of `seqs` grouped by prompt, each group split so its padded logits stay under the budget."""
+    by_prompt: dict[tuple[int, ...], list[int]] = {}
+    for i, s in enumerate(seqs):
+        by_prompt.setdefault(tuple(s.ids[: s.prompt_len]), []).append(i)
+    return [[members[j] for j in part] for members in by_prompt.values()
+            for part in split_by_budget([seqs[i].n_completion + 1 for i in members], vocab)]
+
+
+def summarize(steps: list[Step], tokens: int) -> TrainStats:
+    """The round's figures: mean loss over steps, clipped share of tokens, mean norm of the steps taken."""
+    taken = [s for s in steps if s.taken]
+    return TrainStats(
+        loss=sum(s.loss for s in steps) / len(steps),
+        tokens=tokens,
+        clipped_fraction=sum(s.clipped for s in steps) / max(sum(s.tokens for s in steps), 1),
+        grad_norm=sum(s.grad_norm for s in taken) / max(len(taken), 1),
+        steps=len(taken),
+    )
