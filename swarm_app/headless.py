@@ -12,7 +12,7 @@ import os
 import sys
 from typing import TextIO
 
-from swarm_app.events import (Event, EvaluationFinished, ModelLoading, RoundFinished, RoundMetrics, RunStarted,
+from swarm_app.events import (Event, ModelLoading, RoundFinished, RoundMetrics, RunStarted,
                               RunStopped, SharingChanged, SwarmJoined, TrainingPaused, TrainingResumed)
 
 
@@ -64,15 +64,15 @@ class HeadlessView:
 
 
 def _short_line(event: Event) -> str:
-    if isinstance(event, EvaluationFinished):
-        return ""  # the round line carries held-out accuracy and the evaluation's time
     if isinstance(event, TrainingPaused):
         return f"paused after round {event.after_round} (the swarm keeps going)"
     if isinstance(event, TrainingResumed):
         return "resumed"
     if isinstance(event, SharingChanged):
         return "sharing own rollouts" if event.sharing else "not sharing own rollouts (still receiving)"
-    return ""  # peers come and go every minute (rotation): the JSON format has those events
+    # Not printed: evaluations (the round line carries held-out accuracy and eval time) and peers coming
+    # and going (rotation every minute); the JSON format has them.
+    return ""
 
 
 def format_round(m: RoundMetrics, total: int) -> str:

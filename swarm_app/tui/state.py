@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from swarm_app.events import (CheckpointSaved, EvaluationFinished, EvaluationStarted, Event, LogRecorded, ModelLoading,
                               PeerRow, PeersUpdated, PhaseProgress, RoundFinished, RoundStarted, RunStarted, RunStopped,
@@ -163,8 +163,6 @@ def _peers(s: ViewState, e: PeersUpdated) -> None:
 
 
 def _safe_row(r: PeerRow) -> PeerRow:
-    from dataclasses import replace
-
     return replace(r, node_id=safe_text(r.node_id, 64), address=safe_text(r.address, 80),
                    main_rejection=safe_text(r.main_rejection, 40))
 

@@ -11,7 +11,7 @@ import pytest
 from textual.widgets import DataTable
 
 from backends.fake import FakeBackend
-from swarm_app.events import (EvaluationFinished, PeersUpdated, PhaseProgress, RoundFinished, RunStopped,
+from swarm_app.events import (EvaluationFinished, PhaseProgress, RoundFinished, RunStopped,
                               SharingChanged, TrainingPaused)
 from swarm_app.session import Session
 from swarm_app.training.checkpoint import Checkpoints
