@@ -1,7 +1,9 @@
 """The one `Settings` object: typed sections, a docstring per field, validation with clear messages.
 
-Precedence: defaults < `config.toml` (user config dir, or `--config FILE`) < `SWARM_<SECTION>_<FIELD>`
-environment variables < command-line flags. Built once in `cli.py` and passed down; no globals.
+Precedence: defaults < a command's own defaults (`swarm demo`: 10 rounds) < `config.toml` (user config
+dir, or `--config FILE`) < `SWARM_<SECTION>_<FIELD>` environment variables < command-line flags. A field
+that a flag can set names the flag in its metadata (`flag`, `metavar`); swarm_app/commands/flags.py
+declares the flags from there. Built once per command and passed down; no globals.
 Unknown keys and bad values raise `UsageError` naming the key and what is allowed.
 """
 
@@ -18,9 +20,12 @@ from swarm_app.errors import UsageError
 
 
 def setting(default: Any, doc: str, *, choices: tuple | None = None, low: float | None = None,
-            high: float | None = None) -> Any:
-    """A settings field with its docstring and allowed values, kept where validation can read them."""
-    meta = {"doc": doc, "choices": choices, "low": low, "high": high}
+            high: float | None = None, flag: str = "", metavar: str = "", flag_help: str = "") -> Any:
+    """A settings field with its docstring, allowed values and command-line flag, kept where validation
+    and the CLI read them. The flag's help is the docstring, or `flag_help` where the flag reads
+    differently from the field (a boolean's flag sets the opposite of its default: --no-ui)."""
+    meta = {"doc": doc, "choices": choices, "low": low, "high": high, "flag": flag, "metavar": metavar,
+            "flag_help": flag_help}
     if isinstance(default, (list, dict)):
         return field(default_factory=lambda: type(default)(default), metadata=meta)
     return field(default=default, metadata=meta)
@@ -28,11 +33,13 @@ def setting(default: Any, doc: str, *, choices: tuple | None = None, low: float 
 
 @dataclass
 class ModelSettings:
-    path: str = setting("", "Model: a local HF folder or a Hugging Face id in the local cache. Empty: the bundled model.")
-    backend: str = setting("auto", "Engine for generation and LoRA updates (auto: the best one detected).",
-                           choices=("auto", *registry.ENGINES))
+    path: str = setting("", "Model: a local HF folder or a Hugging Face id in the local cache. Empty: the bundled model.",
+                        flag="--model", metavar="PATH_OR_HF_ID")
+    backend: str = setting("auto", "Engine for generation and LoRA updates (auto: the best one detected; "
+                           "see swarm doctor).", choices=("auto", *registry.ENGINES), flag="--backend", metavar="NAME")
     threads: int = setting(0, "CPU threads for the engine. 0: one per physical core (`swarm doctor` shows the "
-                           "figure); 1 keeps a machine that also runs other work steady.", low=0, high=256)
+                           "figure); 1 keeps a machine that also runs other work steady.", low=0, high=256,
+                           flag="--threads", metavar="N")
     max_new_tokens: int = setting(48, "Longest completion in tokens.", low=1, high=8192)
     temperature: float = setting(1.0, "Sampling temperature for training rollouts.", low=0.0, high=5.0)
     top_p: float = setting(1.0, "Nucleus sampling mass for training rollouts.", low=0.0, high=1.0)
@@ -49,12 +56,16 @@ class LoraSettings:
 
 @dataclass
 class TrainSettings:
-    local: int = setting(8, "I: own questions (rollout groups) per round.", low=1, high=256)
-    external: int = setting(0, "J: peers' rollout groups per round (0 trains alone).", low=0, high=256)
-    completions: int = setting(8, "L: completions per question (GRPO group size).", low=2, high=64)
-    rounds: int = setting(0, "Total rounds of the run; a resumed run continues up to this. 0: until stopped.", low=0)
+    local: int = setting(8, "I: own questions (rollout groups) per round.", low=1, high=256, flag="--local", metavar="I")
+    external: int = setting(0, "J: peers' rollout groups per round (0 trains alone).", low=0, high=256,
+                            flag="--external", metavar="J")
+    completions: int = setting(8, "L: completions per question (GRPO group size).", low=2, high=64,
+                               flag="--completions", metavar="L")
+    rounds: int = setting(0, "Total rounds of the run; a resumed run continues up to this. 0: until stopped.", low=0,
+                          flag="--rounds", metavar="N")
     seed: int = setting(-1, "Seed for task draws and sampling. -1: drawn at random when a run starts and kept "
-                        "with the run (nodes of a swarm must not all draw the same questions).", low=-1, high=2**31 - 2)
+                        "with the run (nodes of a swarm must not all draw the same questions).", low=-1, high=2**31 - 2,
+                        flag="--seed", metavar="S")
     learning_rate: float = setting(3e-4, "Adam learning rate.", low=0.0, high=1.0)
     weight_decay: float = setting(0.0, "AdamW weight decay.", low=0.0, high=1.0)
     epochs: int = setting(1, "Passes over one round's data.", low=1, high=16)
@@ -70,26 +81,35 @@ class TrainSettings:
 
 @dataclass
 class TaskSettings:
-    preset: str = setting("easy", "Task mix (see `swarm_app.tasks.PRESETS`).")
+    preset: str = setting("easy", "Task mix: easy or paper (the paper's nine tasks; see swarm_app/tasks.py).",
+                          flag="--tasks", metavar="PRESET")
 
 
 @dataclass
 class PeerSettings:
-    enabled: bool = setting(True, "Join the swarm: share own rollouts and receive peers' (false: no network at all).")
-    listen: str = setting("0.0.0.0:47470", "HOST:PORT to accept peers on; if the port is taken, a free one is used.")
-    peers: list = setting([], "Peers to dial first, HOST:PORT each (more come from mDNS, peer exchange, the peer table).")
-    mdns: bool = setting(True, "Announce and find nodes on the local network with mDNS.")
-    share: bool = setting(True, "Send own rollouts to peers (false: only receive).")
-    metrics_listen: str = setting("", "HOST:PORT for Prometheus /metrics. Empty: on the peer port, to localhost only.")
+    enabled: bool = setting(True, "Join the swarm: share own rollouts and receive peers' (false: no network at all).",
+                            flag="--offline", flag_help="no network at all: train alone")
+    listen: str = setting("0.0.0.0:47470", "HOST:PORT to accept peers on; if the port is taken, a free one is used.",
+                          flag="--listen", metavar="HOST:PORT")
+    peers: list = setting([], "Peers to dial first, HOST:PORT each (more come from mDNS, peer exchange, the peer table).",
+                          flag="--peer", metavar="HOST:PORT")
+    mdns: bool = setting(True, "Announce and find nodes on the local network with mDNS.",
+                         flag="--no-mdns", flag_help="no LAN discovery")
+    share: bool = setting(True, "Send own rollouts to peers (false: only receive).",
+                          flag="--no-share", flag_help="do not send own rollouts (still receive)")
+    metrics_listen: str = setting("", "HOST:PORT for Prometheus /metrics. Empty: on the peer port, to localhost only.",
+                                  flag="--metrics-listen", metavar="HOST:PORT")
     identity: str = setting("", "Name of this node's key when one machine runs several nodes (`--gpus` names them "
                             "gpu-0, gpu-1, ...): letters, digits and '-'. Empty: the machine's one key.")
 
 
 @dataclass
 class RunSettings:
-    run_dir: str = setting("", "Run folder (metrics, checkpoints). Empty: the default run in the user data dir.")
-    log_format: str = setting("text", "Headless log lines.", choices=("text", "json"))
-    ui: bool = setting(True, "Show the terminal UI (false: headless lines).")
+    run_dir: str = setting("", "Run folder (metrics, checkpoints). Empty: the default run in the user data dir.",
+                           flag="--run-dir", metavar="DIR")
+    log_format: str = setting("text", "Headless log lines.", choices=("text", "json"), flag="--log-format")
+    ui: bool = setting(True, "Show the terminal UI (false: headless lines).", flag="--no-ui",
+                       flag_help="headless: one line per round (also when there is no terminal)")
 
 
 @dataclass
@@ -106,9 +126,13 @@ class Settings:
 
 
 def load_settings(config_file: Path | None, env: Mapping[str, str], overrides: Mapping[str, Any],
-                  *, config_required: bool = False) -> Settings:
-    """Build settings from the four layers. `overrides` maps "section.field" to a value from a flag."""
+                  *, config_required: bool = False, command_defaults: Mapping[str, Any] | None = None) -> Settings:
+    """Build settings from the layers. `overrides` maps "section.field" to a value from a flag (None: not
+    given); `command_defaults` maps "section.field" to the command's own default (below config.toml)."""
     settings = Settings()
+    for dotted, value in (command_defaults or {}).items():
+        section, name = dotted.split(".")
+        set_value(settings, section, name, value, source="the command's default")
     if config_file is not None and (config_required or config_file.exists()):
         apply_mapping(settings, read_config(config_file), source=str(config_file))
     apply_env(settings, env)
@@ -167,8 +191,18 @@ def set_value(settings: Settings, section: str, name: str, value: Any, source: s
     setattr(target, name, coerce(known[name], f"{section}.{name}", value, source))
 
 
+def field_of(key: str) -> dataclasses.Field:
+    """The field behind a "section.field" key (its metadata holds the doc, bounds and flag)."""
+    section, name = key.split(".")
+    return {f.name: f for f in fields(getattr(Settings(), section))}[name]
+
+
+def default_of(spec: dataclasses.Field) -> Any:
+    return spec.default if spec.default is not dataclasses.MISSING else spec.default_factory()
+
+
 def coerce(spec: dataclasses.Field, key: str, value: Any, source: str) -> Any:
-    kind = type(spec.default) if spec.default is not dataclasses.MISSING else type(spec.default_factory())
+    kind = type(default_of(spec))
     meta = spec.metadata
     try:
         if kind is bool:
