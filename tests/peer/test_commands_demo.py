@@ -19,7 +19,8 @@ from tests.peer.helpers import make_rollout
 
 
 def test_peer_settings_and_flags_build_the_config(tmp_path):
-    from swarm_app.cli import build_parser, load_settings_for
+    from swarm_app.cli import build_parser
+    from swarm_app.commands.flags import load_settings_for
     from swarm_app.run_setup import peer_config
 
     args = build_parser().parse_args(["run", "--peer", "10.0.0.2:47470", "--peer", "[::1]:5", "--listen", "127.0.0.1:0",
@@ -135,7 +136,7 @@ def test_importing_the_cli_hooks_is_cheap():
     import subprocess
     import sys
 
-    code = ("import sys, swarm_app.peer.commands; "
+    code = ("import sys, swarm_app.cli; "
             "print(sorted(m for m in ('aiohttp', 'cryptography', 'zeroconf', 'reasoning_gym', 'torch') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.strip() == "[]"

@@ -13,7 +13,8 @@ import pytest
 
 from swarm_app.errors import UsageError
 from swarm_app.peer import identity as identity_mod
-from swarm_app.peer.commands import add_identity_arguments, identity_main
+from swarm_app.cli import build_parser
+from swarm_app.commands.identity import main as identity_main
 from swarm_app.peer.identity import Identity, IdentityStore, b64url, node_id_of, unb64url
 
 
@@ -39,9 +40,7 @@ class MemoryKeyring:
 
 
 def parse(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    add_identity_arguments(parser)
-    return parser.parse_args(argv)
+    return build_parser().parse_args(["identity", *argv])
 
 
 def test_node_id_is_32_lowercase_base32_chars_of_the_key_hash():

@@ -1,11 +1,8 @@
-"""What `swarm_app/cli.py` wires for the peer module: the peer flags and `swarm identity ...`.
+"""`swarm identity show|export FILE|import FILE`: this node's key (swarm_app/peer/identity.py).
 
-The peer flags themselves are settings (`[peer]`, see swarm_app/settings.py and cli.py).
-`add_identity_arguments(parser)` and `identity_main(args)`
-implement `swarm identity show|export FILE|import FILE`. Output goes to the stream passed in (the
-CLI's stdout); the private key is only ever written to the export file, never to a stream or a log.
-Errors are `UsageError`s for the CLI to print. Importing this module is cheap (argparse only): the
-crypto and networking modules load when a command runs.
+Output goes to the stream passed in (the CLI's stdout); the private key is only ever written to the
+export file, never to a stream or a log. Errors are `UsageError`s for the CLI to print. Importing this
+module is cheap (argparse only): the crypto modules load when the command runs.
 """
 
 from __future__ import annotations
@@ -20,17 +17,17 @@ from swarm_app.errors import UsageError
 if TYPE_CHECKING:
     from swarm_app.peer.identity import IdentityStore
 
-__all__ = ["add_identity_arguments", "identity_main"]
 
-
-def add_identity_arguments(parser: argparse.ArgumentParser) -> None:
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser("identity", help="this node's key: show, export FILE, import FILE")
     parser.add_argument("action", choices=("show", "export", "import"),
                         help="show the node id; export the key to FILE; import the key from FILE")
     parser.add_argument("file", nargs="?", metavar="FILE", help="key file (PEM) for export and import")
     parser.add_argument("--force", action="store_true", help="import: replace an existing, different identity")
+    parser.set_defaults(handler=main)
 
 
-def identity_main(args: argparse.Namespace, out: TextIO | None = None, store: IdentityStore | None = None) -> int:
+def main(args: argparse.Namespace, out: TextIO | None = None, store: IdentityStore | None = None) -> int:
     from swarm_app.peer.identity import IdentityStore
 
     out = out or sys.stdout
@@ -42,7 +39,7 @@ def identity_main(args: argparse.Namespace, out: TextIO | None = None, store: Id
     path = Path(args.file)
     if args.action == "export":
         return _export(store, path, out)
-    return _import(store, path, getattr(args, "force", False), out)
+    return _import(store, path, args.force, out)
 
 
 def _show(store: "IdentityStore", out: TextIO) -> int:

@@ -1,0 +1,28 @@
+"""`swarm doctor`: this machine, the engines that run here and the one chosen, and whether the peers answer.
+
+Owns the flags and the printout; swarm_app/doctor_command.py builds the report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from swarm_app.commands import flags
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser("doctor", help="this machine, the engines that run here and the one chosen")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    flags.add_settings(parser, flags.MODEL + flags.PEER)
+    parser.set_defaults(handler=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    settings = flags.load_settings_for(args)
+    from swarm_app.doctor_command import build_report, format_text
+    from swarm_app.hardware import detect
+
+    report = build_report(settings, detect())
+    print(json.dumps(report) if args.json else format_text(report))
+    return 0

@@ -1,0 +1,41 @@
+"""`swarm eval`: held-out accuracy of a model (and optionally a trained adapter) with greedy decoding.
+
+Owns the flags and the printout; swarm_app/evaluate_command.py loads and scores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from swarm_app.commands import flags
+from swarm_app.errors import UsageError
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser("eval", help="held-out accuracy with greedy decoding")
+    parser.add_argument("--adapter", metavar="DIR", help="a LoRA adapter: a checkpoint folder or a run folder")
+    parser.add_argument("--n", type=int, default=200, help="held-out questions (default 200)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    flags.add_settings(parser, flags.MODEL + ("tasks.preset",))
+    parser.set_defaults(handler=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    settings = flags.load_settings_for(args)
+    if args.n < 1:
+        raise UsageError(f"--n {args.n} must be at least 1")
+    from swarm_app.evaluate_command import run_eval
+    from swarm_app.run_setup import detect_hardware
+
+    report = run_eval(settings, Path(args.adapter) if args.adapter else None, args.n, detect_hardware(settings.model.backend))
+    result = report.result
+    if args.json:
+        print(json.dumps(report.to_dict()))
+    else:
+        print(report.heading())
+        print(f"held-out accuracy {result.accuracy:.3f} on {result.n} questions")
+        for name, acc in result.per_task.items():
+            print(f"  {name:28s} {acc:.3f}")
+    return 0
