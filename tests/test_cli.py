@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from swarm_app.cli import main
+from swarm_app.cli import COMMANDS, build_parser, main
+from swarm_app.commands.flags import load_settings_for
 
 
 def swarm(*args, env=None):
@@ -61,6 +62,7 @@ def snapshot(folder):
     (["--backend", "warp"], "choose one of"),
     (["--local", "0"], "train.local = 0 is out of range"),
     (["--completions", "1"], "train.completions = 1 is out of range"),
+    (["--rounds", "many"], "train.rounds must be int, got 'many'"),
     (["--config", "{badconfig}"], "not valid TOML"),
     (["--config", "/no/such/config.toml"], "cannot read config file"),
 ])
@@ -91,3 +93,43 @@ def test_eval_json_with_the_fake_backend(stub_model, capsys):
     assert set(result["per_task"]) <= {s for s in ("basic_arithmetic", "base_conversion", "calendar_arithmetic",
                                                     "fraction_simplification", "decimal_arithmetic",
                                                     "arc_1d", "bf", "binary_matrix", "propositional_logic")}
+
+
+@pytest.mark.parametrize("command", ["run", "demo", "watch", "identity", "export", "convert", "eval", "doctor"])
+def test_every_command_has_its_help(command, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main([command, "--help"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.startswith(f"usage: swarm {command} ")
+
+
+def test_every_settings_flag_defaults_to_not_given():
+    parser = build_parser()
+    names = [command.__name__.rsplit(".", 1)[1] for command in COMMANDS]
+    for name in names:
+        args = parser.parse_args([name, "show"] if name == "identity" else
+                                 [name, "RUN", "--gguf", "D"] if name == "export" else
+                                 [name, "--to", "mlx"] if name == "convert" else [name])
+        given = {key: value for key, value in vars(args).items() if "." in key}
+        assert all(value is None for value in given.values()), (name, given)
+    run_keys = [key for key in vars(parser.parse_args(["run"])) if "." in key]
+    assert "train.rounds" in run_keys and "peer.enabled" in run_keys and "run.ui" in run_keys
+
+
+def test_demo_defaults_sit_under_config_env_and_flags(isolated_home, monkeypatch, capsys):
+    def train(*argv):
+        t = load_settings_for(build_parser().parse_args(list(argv))).train
+        return t.rounds, t.external, t.seed
+
+    assert train("demo") == (10, 4, 0) and train("run") == (0, 0, -1)
+    config = isolated_home / "config" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text("[train]\nrounds = 2\nexternal = 1\n")
+    assert train("demo") == (2, 1, 0) and train("run") == (2, 1, -1)
+    monkeypatch.setenv("SWARM_TRAIN_ROUNDS", "3")
+    assert train("demo") == (3, 1, 0)
+    assert train("demo", "--rounds", "5", "--external", "0") == (5, 0, 0)
+    assert train("run", "--rounds", "5") == (5, 1, -1)
+    with pytest.raises(SystemExit):
+        main(["demo", "--help"])
+    assert "Default here: 10, unless SWARM_TRAIN_ROUNDS or config.toml sets it" in " ".join(capsys.readouterr().out.split())

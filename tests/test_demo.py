@@ -5,6 +5,20 @@ import json
 from swarm_app.cli import main
 
 
+def demo(stub_model, out, *extra):
+    return main(["demo", "--nodes", "2", "--backend", "fake", "--model", str(stub_model), "--local", "2",
+                 "--completions", "4", "--out", str(out), "--no-ui", *extra])
+
+
+def nodes_ran(out):
+    """(rounds in metrics.jsonl, train.rounds, train.external) of each node, as its run.json recorded them."""
+    found = []
+    for node in sorted(out.glob("node-*")):
+        train = json.loads((node / "run.json").read_text())["settings"]["train"]
+        found.append((len((node / "metrics.jsonl").read_text().splitlines()), train["rounds"], train["external"]))
+    return found
+
+
 def test_demo_runs_every_node_and_prints_a_summary(stub_model, tmp_path, capsys):
     out = tmp_path / "demo"
     code = main(["demo", "--nodes", "3", "--rounds", "3", "--backend", "fake", "--model", str(stub_model),
@@ -46,3 +60,18 @@ def test_demo_nodes_take_their_engines_in_turn(stub_model, tmp_path, capsys):
     assert code == 0 and [line.split()[1] for line in summary] == ["fake", "fake"]
     assert main(["demo", "--nodes", "2", "--backends", "torch,nope"]) == 2
     assert "unknown engine nope" in capsys.readouterr().err
+
+
+def test_demo_takes_rounds_and_external_from_config_and_env_and_a_flag_beats_both(
+        stub_model, tmp_path, isolated_home, monkeypatch, capsys):
+    config = isolated_home / "config" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text("[train]\nrounds = 2\nexternal = 1\n")
+    assert demo(stub_model, tmp_path / "config") == 0
+    assert "demo: 2 nodes, 2 rounds, J = 1;" in capsys.readouterr().out
+    assert nodes_ran(tmp_path / "config") == [(2, 2, 1), (2, 2, 1)]
+    monkeypatch.setenv("SWARM_TRAIN_ROUNDS", "3")
+    assert demo(stub_model, tmp_path / "env") == 0
+    assert nodes_ran(tmp_path / "env") == [(3, 3, 1), (3, 3, 1)]  # env over config; external still from config
+    assert demo(stub_model, tmp_path / "flags", "--rounds", "1", "--external", "0") == 0
+    assert nodes_ran(tmp_path / "flags") == [(1, 1, 0), (1, 1, 0)]
