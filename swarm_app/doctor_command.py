@@ -5,7 +5,7 @@ the engine `auto` picks and the recommended sizing, the model `--model` resolves
 whether the listen port is free and whether bootstrap peers answer a TCP connect (2 s each, all at
 once). It loads no model and imports no engine's heavy modules, so it answers in about a second; a
 pace estimate would need the model loaded, so the report says how to measure one instead.
-Must not write anything or change settings; cli.py prints the report.
+Must not write anything or change settings; swarm_app/commands/doctor.py prints the report.
 """
 
 from __future__ import annotations
