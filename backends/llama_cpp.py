@@ -1,14 +1,15 @@
 """The llama.cpp engine: generation in llama.cpp from a GGUF of the base model plus the LoRA adapter as a
 GGUF adapter; the GRPO update in torch on the same weights (backends/torch_lora.py's TorchBackend).
 
-Owns: the GGUF of the base model (converted once by gguf_export, cached under `ModelSpec.cache_dir`
-keyed by the model's content hash), the llama.cpp context (F32 KV cache: the default F16 one is off by
-~1e-2 in the logits), sampling from it, and the adapter swap after every update and adapter load:
-export the PEFT adapter to GGUF (~5 ms), llama_adapter_lora_init + llama_set_adapters_lora, then
-reset() so no KV cache computed under the old adapter is reused (it would be off by ~1.4 in the logits).
-Prompts are tokenized by the HF tokenizer (the torch side's), so both sides see the same ids.
-Generation runs one sequence at a time through llama-cpp-python's `Llama.generate`; the L completions
-of a prompt reuse its KV cache (prefix match). Loss, log-probs and adapter files are torch's.
+Owns: the GGUF of the base model (the one shipped in the model folder when its recorded content key
+matches, else converted once by gguf_export and cached under `ModelSpec.cache_dir` keyed by the model's
+content hash; F16 for small models, Q8_0 above ~134 M parameters: `gguf_export.weight_type_for`), and
+the adapter swap after every update and adapter load: export the PEFT adapter to GGUF (~5 ms),
+llama_adapter_lora_init + llama_set_adapters_lora. Generation is batched (backends/llama_batch.py: many
+sequences per llama_decode, each prompt evaluated once for its L copies); every call starts from an
+empty KV cache, so nothing computed under an old adapter is reused (it would be off by ~1.4 in the
+logits). Prompts are tokenized by the HF tokenizer (the torch side's), so both sides see the same ids.
+Loss, log-probs and adapter files are torch's.
 Must not import swarm_app, and imports llama_cpp, gguf and torch only in `load`.
 """
 
@@ -23,13 +24,12 @@ from pathlib import Path
 
 from backends.base import Backend, BackendError, Completion, Hardware, Messages, ModelSpec, Sampling
 from backends.base import TrainSample, TrainStats
+from backends.llama_batch import BatchedDecoder
 from backends.torch_lora import TorchBackend
 
 log = logging.getLogger(__name__)
 
 REQUIRED = ("llama_cpp", "gguf", "torch", "transformers", "peft")
-F32 = 0
-"""ggml type id of float32, for the KV cache."""
 
 
 class LlamaCppBackend(Backend):
@@ -38,7 +38,9 @@ class LlamaCppBackend(Backend):
 
     def __init__(self) -> None:
         self._trainer = TorchBackend()
-        self._llm = None
+        self._decoder: BatchedDecoder | None = None
+        self.base_gguf: Path | None = None
+        """The base model's GGUF that generation runs on (set by load)."""
         self._adapter = None
         self._swap_dir: tempfile.TemporaryDirectory | None = None
         self._draws = random.Random()
@@ -60,71 +62,52 @@ class LlamaCppBackend(Backend):
         config = gguf_export.read_config(folder)  # refuses what cannot convert before torch loads anything
         self._trainer.load(spec)
         self._config, self._spec = config, spec
-        base = self._base_gguf(folder, spec)
-        self._llm = self._open(base, spec)
+        self.base_gguf = self._base_gguf(folder, spec, gguf_export.weight_type_for(config))
+        self._decoder = BatchedDecoder(self.base_gguf, spec.threads)
         self._swap_dir = tempfile.TemporaryDirectory(prefix="swarm-lora-")
         self._swap_adapter()
-        log.info("llama.cpp: %s from %s", self.model_id, base)
+        log.info("llama.cpp: %s from %s", self.model_id, self.base_gguf)
 
     @staticmethod
-    def _base_gguf(folder: Path, spec: ModelSpec) -> Path:
+    def _base_gguf(folder: Path, spec: ModelSpec, weights: str) -> Path:
+        """The shipped GGUF (`<folder>/model.<weights>.gguf`) if it was made from these files, else
+        the cached conversion, converting first when there is none."""
         from backends import gguf_export
 
+        key = gguf_export.content_key(folder)
+        shipped = folder / f"model.{weights}.gguf"
+        if shipped.is_file() and gguf_export.recorded_content_key(shipped) == key:
+            return shipped
         cache = Path(spec.cache_dir) if spec.cache_dir else Path(tempfile.gettempdir()) / "swarm-app-gguf"
-        target = cache / "gguf" / f"{folder.resolve().name}-{gguf_export.content_key(folder)}.f32.gguf"
+        target = cache / "gguf" / f"{folder.resolve().name}-{key}.{weights}.gguf"
         if not target.is_file():
+            log.info("llama.cpp: converting %s to GGUF (%s) once, into %s", folder.name, weights, target.parent)
             target.parent.mkdir(parents=True, exist_ok=True)
-            gguf_export.convert_model(folder, target)
+            gguf_export.convert_model(folder, target, weights)
         return target
 
-    @staticmethod
-    def _open(path: Path, spec: ModelSpec):
-        from llama_cpp import Llama
-
-        threads = max(1, spec.threads)
-        try:
-            return Llama(str(path), n_ctx=0, n_threads=threads, n_threads_batch=threads, type_k=F32, type_v=F32,
-                         verbose=False)
-        except (ValueError, RuntimeError) as exc:
-            raise BackendError(f"llama.cpp cannot load {path}: {exc}; delete the file to convert again, "
-                               "or use --backend torch") from exc
-
-    def _require_llm(self):
-        if self._llm is None:
+    def _require_decoder(self) -> BatchedDecoder:
+        if self._decoder is None:
             raise BackendError("no model loaded: call load() first")
-        return self._llm
+        return self._decoder
 
     @property
     def model_id(self) -> str:
         return self._trainer.model_id
 
     def generate(self, prompts: list[Messages], n: int, sampling: Sampling, progress=None) -> list[list[Completion]]:
-        llm = self._require_llm()
-        seeds = random.Random(sampling.seed) if sampling.seed is not None else self._draws
-        out = []
-        for done, messages in enumerate(prompts, 1):
-            ids = self._trainer._encode_prompt(messages)
-            out.append([self._complete(llm, ids, sampling, seeds.randrange(2**31)) for _ in range(n)])
-            if progress is not None:
-                progress(done, len(prompts))
-        return out
-
-    def _complete(self, llm, ids: list[int], sampling: Sampling, seed: int) -> Completion:
-        llm.set_seed(seed)
-        stops, new = set(self._trainer._stop_ids), []
-        greedy = sampling.temperature == 0
-        # top_k 0 and min_p 0: sample from the whole distribution, as the torch engine does.
-        for token in llm.generate(ids, temp=0.0 if greedy else sampling.temperature, top_p=1.0 if greedy else sampling.top_p,
-                                  top_k=0, min_p=0.0, repeat_penalty=1.0, reset=True):
-            if token in stops:
-                return Completion(self._trainer._tok.decode(new, skip_special_tokens=True), len(new) + 1)
-            new.append(token)
-            if len(new) >= sampling.max_new_tokens:
-                break
-        return Completion(self._trainer._tok.decode(new, skip_special_tokens=True), len(new))
+        decoder = self._require_decoder()
+        draws = random.Random(sampling.seed) if sampling.seed is not None else self._draws
+        rows = [ids for ids in map(self._trainer._encode_prompt, prompts) for _ in range(n)]
+        seeds = [draws.randrange(2**31) for _ in rows]
+        done = decoder.generate(rows, seeds, sampling.temperature, sampling.top_p, sampling.max_new_tokens,
+                                set(self._trainer._stop_ids), progress)
+        tok = self._trainer._tok
+        completions = [Completion(tok.decode(new, skip_special_tokens=True), len(new) + stopped) for new, stopped in done]
+        return [completions[i * n : (i + 1) * n] for i in range(len(prompts))]
 
     def train_step(self, batch: list[TrainSample], progress=None) -> TrainStats:
-        self._require_llm()
+        self._require_decoder()
         stats = self._trainer.train_step(batch) if progress is None else self._trainer.train_step(batch, progress)
         self._swap_adapter()
         return stats
@@ -136,7 +119,7 @@ class LlamaCppBackend(Backend):
         self._trainer.save_adapter(folder)
 
     def load_adapter(self, folder: Path) -> None:
-        self._require_llm()
+        self._require_decoder()
         self._trainer.load_adapter(folder)
         self._swap_adapter()
 
@@ -150,20 +133,16 @@ class LlamaCppBackend(Backend):
         return gguf_export.export_lora(state, self._config, self._spec.lora.alpha, out)
 
     def _swap_adapter(self) -> None:
-        """Export the torch adapter, hand it to the context in place of the previous one, drop the KV cache."""
+        """Export the torch adapter and hand it to the decoder in place of the previous one."""
         import llama_cpp
 
         path = self.export_adapter_gguf(Path(self._swap_dir.name) / f"adapter-{os.getpid()}.gguf")
-        adapter = llama_cpp.llama_adapter_lora_init(self._llm._model.model, str(path).encode())
+        adapter = llama_cpp.llama_adapter_lora_init(self._decoder.model, str(path).encode())
         if not adapter:
             raise BackendError(f"llama.cpp refused the exported adapter {path}: use --backend torch and report this")
-        adapters = (llama_cpp.llama_adapter_lora_p_ctypes * 1)(adapter)
-        scales = (llama_cpp.ctypes.c_float * 1)(1.0)
-        if llama_cpp.llama_set_adapters_lora(self._llm._ctx.ctx, adapters, 1, scales) != 0:
-            raise BackendError("llama.cpp could not attach the adapter: use --backend torch and report this")
+        self._decoder.set_adapter(adapter)
         self._free_adapter()
         self._adapter = adapter
-        self._llm.reset()
 
     def _free_adapter(self) -> None:
         if self._adapter is not None:
@@ -173,16 +152,14 @@ class LlamaCppBackend(Backend):
             self._adapter = None
 
     def memory(self) -> int:
-        return self._trainer.memory() + (self._llm.model_size() if hasattr(self._llm, "model_size") else 0)
+        return self._trainer.memory() + (self._decoder.model_size() if self._decoder is not None else 0)
 
     def close(self) -> None:
-        if self._llm is not None:
-            import llama_cpp
-
-            llama_cpp.llama_set_adapters_lora(self._llm._ctx.ctx, None, 0, None)
+        if self._decoder is not None:
+            self._decoder.set_adapter(None)
             self._free_adapter()
-            self._llm.close()
-            self._llm = None
+            self._decoder.close()
+            self._decoder = None
         if self._swap_dir is not None:
             self._swap_dir.cleanup()
             self._swap_dir = None

@@ -4,7 +4,8 @@ For torch and llama.cpp (and mlx where installed), one thread each, I = 8 questi
 L = 8 completions, up to 48 new tokens at T = 1:
 - rollout tokens/s through the engine's generate() against the raw library on the same prompts
   (torch: one transformers `generate` call over the 64 left-padded rows; llama.cpp: `create_completion`
-  per row, the library's plain API); goal >= 0.9x raw (issue 15);
+  per row on the engine's GGUF, the library's plain API, F32 KV cache as the engine's); goal >= 0.9x raw
+  (issue 15);
 - the median time of a full SAPO round (generate, score, GRPO update) through the app's Trainer, over
   --rounds rounds after one warm-up, relative to torch on CPU (goal for llama.cpp: faster).
 
@@ -39,17 +40,17 @@ def app_rate(engine, messages) -> float:
     return sum(c.n_tokens for group in out for c in group) / (time.perf_counter() - started)
 
 
-def raw_torch_rate(engine, messages) -> float:
+def raw_torch_rate(engine, messages, completions: int = L, new_tokens: int = NEW_TOKENS) -> float:
     import torch
 
     from backends.torch_batching import pad
 
-    rows = [engine._encode_prompt(m) for m in messages for _ in range(L)]
+    rows = [engine._encode_prompt(m) for m in messages for _ in range(completions)]
     ids, mask = pad(rows, engine._tok.pad_token_id, left=True, device=engine._device)
     torch.manual_seed(1)
     started = time.perf_counter()
     with torch.inference_mode():
-        out = engine._model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=NEW_TOKENS, do_sample=True,
+        out = engine._model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new_tokens, do_sample=True,
                                      top_k=0, eos_token_id=engine._stop_ids, pad_token_id=engine._tok.pad_token_id)
     took = time.perf_counter() - started
     stops = set(engine._stop_ids)
@@ -59,7 +60,10 @@ def raw_torch_rate(engine, messages) -> float:
 
 
 def raw_llama_rate(engine, messages) -> float:
-    llm, tokens = engine._llm, 0
+    from llama_cpp import Llama
+
+    llm = Llama(str(engine.base_gguf), n_ctx=1024, n_threads=1, n_threads_batch=1, type_k=0, type_v=0, verbose=False)
+    tokens = 0
     rows = [engine._trainer._encode_prompt(m) for m in messages]
     started = time.perf_counter()
     for k, ids in enumerate(rows * L):

@@ -469,6 +469,7 @@ def main(argv: list[str] | None = None) -> int:
     model.save_pretrained(args.out)
     tokenizer.save_pretrained(args.out, save_jinja_files=False)  # template inside tokenizer_config.json
     write_config_extras(args.out, model)
+    write_gguf(args.out)
     report = measure_model.measure(args.out, args.preset, args.heldout_n, samples=args.samples, seed=args.seed)
     facts = {"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
              "argv": argv if argv is not None else sys.argv[1:], "n_params": n_params, "vocab": len(tokenizer),
@@ -482,6 +483,21 @@ def main(argv: list[str] | None = None) -> int:
     log.info(json.dumps({k: facts[k] for k in ("n_params", "train_seconds", "train_cpu_seconds", "total_seconds")}))
     print(json.dumps(report, indent=2, ensure_ascii=False))
     return 0
+
+
+def write_gguf(folder: Path) -> None:
+    """The GGUF the llama_cpp engine runs on, shipped beside the weights so that engine needs no conversion
+    (it checks the content key recorded inside; skipped with a note where gguf is not installed)."""
+    import importlib.util
+
+    from backends import gguf_export
+
+    if importlib.util.find_spec("gguf") is None:
+        log.warning("gguf is not installed: no GGUF written (pip install gguf, then run this again)")
+        return
+    config = json.loads((folder / "config.json").read_text())
+    weights = gguf_export.weight_type_for(config)
+    gguf_export.convert_model(folder, folder / f"model.{weights}.gguf", weights)
 
 
 if __name__ == "__main__":
