@@ -30,17 +30,18 @@ def cache_kwarg(model) -> str:
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
-def prompt_cache(model, kwarg: str, ids, mask, copies: list[int]):
+def prompt_cache(model, kwarg: str, ids, mask, copies: list[int], cache=None):
     """A KV cache of the rows of `ids` (left-padded; `mask` marks real tokens), row i repeated `copies[i]` times.
 
     This is how a prompt shared by several sequences goes through the model once: the cache stands in for
     it in every copy, and with gradients enabled they flow back through the copies into that one pass.
-    `kwarg` is the forward() argument that takes the cache (see `cache_kwarg`).
+    `kwarg` is the forward() argument that takes the cache (see `cache_kwarg`); `cache` is an empty one to
+    fill (a DynamicCache when None).
     """
     import torch
     from transformers import DynamicCache
 
-    cache = DynamicCache(config=model.config)
+    cache = DynamicCache(config=model.config) if cache is None else cache
     model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0), use_cache=True,
           logits_to_keep=1, **{kwarg: cache})
     rows = torch.repeat_interleave(torch.arange(len(copies)), torch.tensor(copies))

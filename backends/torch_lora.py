@@ -1,8 +1,9 @@
 """The torch engine: a Hugging Face causal LM with a PEFT LoRA adapter, trained with GRPO.
 
 Owns: checking the model folder (always a local folder: the app's resolver turns hub ids into folders),
-the tokenizer and its chat template, batched sampling, the round's GRPO update of the LoRA parameters
-(AdamW over LoRA only; the loss itself is in grpo_loss.py), and the adapter + optimizer files.
+the tokenizer and its chat template, batched sampling (the decode loop itself is in torch_decode.py), the
+round's GRPO update of the LoRA parameters (AdamW over LoRA only; the loss itself is in grpo_loss.py), and
+the adapter + optimizer files.
 CUDA when present (bf16 where supported), else CPU with a fixed thread count.
 Must not import swarm_app, and must not import torch, transformers or peft at module level:
 `is_available` runs before the engine is chosen (importing all three costs ~4 s).
@@ -33,7 +34,7 @@ from backends.torch_batching import cache_kwarg, pad, prompt_cache
 log = logging.getLogger(__name__)
 
 GENERATE_CHUNK = 64
-"""Sequences per generate call: bounds the KV cache (64 x 600 tokens of a 0.5B model: ~0.9 GB bf16)."""
+"""Sequences per decode loop: bounds the KV cache (64 x 600 tokens of a 0.5B model: ~0.9 GB bf16)."""
 OPTIMIZER_FILE = "optimizer.pt"
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
@@ -151,7 +152,8 @@ class TorchBackend(Backend):
         with self._seeded(sampling.seed), torch.inference_mode():
             for k, start in enumerate(chunks):
                 steps = _StepReporter(progress, k * sampling.max_new_tokens, len(chunks) * sampling.max_new_tokens)
-                done.extend(map(self._decode, self._generate_ids(rows[start : start + GENERATE_CHUNK], sampling, steps)))
+                chunk = rows[start : start + GENERATE_CHUNK]
+                done.extend(map(self._completion, self._generate_ids(chunk, sampling, steps)))
         return [done[i * n : (i + 1) * n] for i in range(len(prompts))]
 
     @contextlib.contextmanager
@@ -168,39 +170,13 @@ class TorchBackend(Backend):
             yield
 
     def _generate_ids(self, rows: list[list[int]], sampling: Sampling, steps: "_StepReporter") -> list[list[int]]:
-        """New token ids per row (padding after a stop token included), from left-padded prompts."""
+        """New token ids per row, each up to and including its first stop token (see torch_decode.py)."""
+        from backends.torch_decode import decode
+
         ids, mask = pad(rows, self._tok.pad_token_id, left=True, device=self._device)
-        options = dict(max_new_tokens=sampling.max_new_tokens, eos_token_id=self._stop_ids,
-                       pad_token_id=self._tok.pad_token_id, do_sample=sampling.temperature > 0)
-        if sampling.temperature > 0:
-            # top_k=0: sample from the whole distribution (transformers' default keeps the top 50).
-            options.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=0)
-        # generate() derives position ids from the attention mask, so left padding shifts nothing.
-        cache = self._shared_prompt_cache(ids, mask)
-        if cache is not None:
-            options[self._cache_kwarg] = cache
-        if steps.progress is not None:
-            from transformers import StoppingCriteriaList
+        return decode(self._model, self._cache_kwarg, ids, mask, sampling, self._stop_ids, steps.step)
 
-            options["stopping_criteria"] = StoppingCriteriaList([steps.criterion(ids.shape[1])])
-        out = self._model.generate(input_ids=ids, attention_mask=mask, **options)
-        return out[:, ids.shape[1] :].tolist()
-
-    def _shared_prompt_cache(self, ids, mask):
-        """The KV cache of every row but its last token, with each run of identical rows computed once.
-
-        Rows come as n copies of each prompt: the prompt (~200 tokens on the easy preset) then goes through
-        the model once instead of n times, and generate() continues from the cache. None when no row repeats.
-        """
-        import torch
-
-        firsts = [0] + [i for i in range(1, len(ids)) if not torch.equal(ids[i], ids[i - 1])]
-        if len(firsts) == len(ids) or ids.shape[1] < 2:
-            return None
-        copies = [end - start for start, end in zip(firsts, [*firsts[1:], len(ids)])]
-        return prompt_cache(self._model, self._cache_kwarg, ids[firsts, :-1], mask[firsts, :-1], copies)
-
-    def _decode(self, new_tokens: list[int]) -> Completion:
+    def _completion(self, new_tokens: list[int]) -> Completion:
         """Text up to the first stop token; n_tokens counts the generated tokens including that stop token."""
         stops = [i for i, t in enumerate(new_tokens) if t in self._stop_ids]
         end = stops[0] if stops else len(new_tokens)
@@ -409,24 +385,15 @@ class TorchBackend(Backend):
 
 
 class _StepReporter:
-    """Turns generate()'s decode steps into `progress(done, total)` calls through a stopping criterion
-    that never stops by itself: a Cancelled raised by `progress` ends generate() between two steps."""
+    """Turns the decode steps of one chunk of rows into `progress(done, total)` calls over the whole call;
+    a Cancelled raised by `progress` ends decoding between two steps."""
 
     def __init__(self, progress: Progress | None, offset: int, total: int) -> None:
         self.progress, self.offset, self.total = progress, offset, total
 
-    def criterion(self, prompt_len: int):
-        import torch
-        from transformers import StoppingCriteria
-
-        reporter = self
-
-        class ReportSteps(StoppingCriteria):
-            def __call__(self, input_ids, scores, **kwargs):
-                reporter.progress(reporter.offset + input_ids.shape[1] - prompt_len, reporter.total)
-                return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
-
-        return ReportSteps()
+    def step(self, done: int) -> None:
+        if self.progress is not None:
+            self.progress(self.offset + done, self.total)
 
 
 def shuffle_seed(batch: list[TrainSample]) -> int:

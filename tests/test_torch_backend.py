@@ -19,6 +19,7 @@ pytest.importorskip("peft")
 from backends.base import BackendError, Hardware, LoraConfig, ModelSpec, OptimConfig, Sampling  # noqa: E402
 from backends.base import TrainSample  # noqa: E402
 from backends.torch_batching import pad  # noqa: E402
+from backends.torch_decode import shared_prompt_rows  # noqa: E402
 from backends.torch_lora import TorchBackend  # noqa: E402
 
 SHORT = [{"role": "user", "content": "What is 3 + 4?"}]
@@ -146,7 +147,7 @@ def test_left_padding_does_not_change_a_prompts_logits(backend):
 
 def test_a_shared_prompt_prefill_does_not_change_the_logits(backend):
     ids, mask = pad([backend._encode_prompt(p) for p in (SHORT, SHORT, LONG)], 0, left=True, device="cpu")
-    assert backend._shared_prompt_cache(ids, mask) is not None  # copies of a prompt do share a prefill
+    assert shared_prompt_rows(ids) == [0, 2]  # copies of a prompt do share a prefill
     alone = _step_logits(backend, [SHORT, LONG], row=1)  # one row per prompt: nothing shared
     shared = _step_logits(backend, [SHORT, LONG], row=3, n=3)  # rows S S S L L L: the first copy of LONG
     assert len(alone) == len(shared) >= 2
