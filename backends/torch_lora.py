@@ -61,8 +61,15 @@ def attach_lora(model, spec: ModelSpec):
 
 
 class TorchBackend(Backend):
-    """One model + LoRA adapter + AdamW. Old-policy log-probs are taken once per round in eval mode, so with
-    lora.dropout > 0 the first step's ratio is not exactly 1 (dropout is on while training)."""
+    """One model + LoRA adapter + AdamW.
+
+    Old-policy log-probs (the policy as the round starts): the samples of the round's first minibatch take
+    theirs from that minibatch's own forward pass, detached (no update has happened yet, so they are the
+    same numbers and the first step's ratio is exactly 1); the others get one no-grad pass in eval mode
+    before the first step. With dropout (lora.dropout > 0, or a dropout rate in the model), a train-mode
+    pass is one noisy draw, so every sample gets the eval-mode pass and the first step's ratio is not
+    exactly 1.
+    """
 
     name = "torch"
     supports_cancel = True
@@ -77,6 +84,7 @@ class TorchBackend(Backend):
         self._stop_ids: list[int] = []
         self._end_id = 0
         self._cache_kwarg = "cache"
+        self._reuses_first_pass = True
 
     @classmethod
     def is_available(cls, hw: Hardware) -> tuple[bool, str]:
@@ -113,6 +121,7 @@ class TorchBackend(Backend):
         base.generation_config = GenerationConfig(eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
         self._cache_kwarg = cache_kwarg(base)
         self._model = attach_lora(base, spec).to(device).eval()
+        self._reuses_first_pass = not has_dropout(self._model)
         self._tok, self._spec, self._device = tok, spec, device
         self._end_id = tok.get_vocab().get(IM_END, tok.eos_token_id)
         self._stop_ids = stop_ids(tok, self._end_id, checkpoint_eos)
@@ -238,16 +247,16 @@ class TorchBackend(Backend):
             return TrainStats(loss=0.0, tokens=0)
         seqs = [self._encode_sample(s) for s in batch]
         advantages = [s.advantage for s in batch]
-        # A == 0 adds nothing to the loss or gradient: no forward pass, but its tokens count in the token mean.
-        active = [i for i, a in enumerate(advantages) if a != 0.0]
-        old = dict(zip(active, self._old_logps([seqs[i] for i in active])))
-        self._model.train()
         parts = list(self._minibatches(len(seqs), shuffle_seed(batch)))
+        # A == 0 adds nothing to the loss or gradient: no forward pass, but its tokens count in the token mean.
+        reused = set(parts[0]) if self._reuses_first_pass else set()
+        pending = [i for i, a in enumerate(advantages) if a != 0.0 and i not in reused]
+        old = dict(zip(pending, self._old_logps([seqs[i] for i in pending])))
+        self._model.train()
         steps = []
         try:
             for k, part in enumerate(parts, 1):
-                steps.append(self._minibatch_step([seqs[i] for i in part], [old.get(i) for i in part],
-                                                  [advantages[i] for i in part]))
+                steps.append(self._minibatch_step(part, seqs, advantages, old))
                 if progress is not None:
                     progress(k, len(parts))
         finally:
@@ -264,24 +273,28 @@ class TorchBackend(Backend):
             order = torch.randperm(n, generator=shuffle)
             yield from (part.tolist() for part in torch.tensor_split(order, min(optim.minibatches, n)))
 
-    def _minibatch_step(self, seqs: list[Sequence], old: list, advantages: list[float]) -> Step:
-        """One optimizer step; the token mean spans the whole minibatch, accumulated group by group."""
+    def _minibatch_step(self, part: list[int], seqs: list[Sequence], advantages: list[float], old: dict) -> Step:
+        """One optimizer step over the samples `part`; the token mean spans all of them, accumulated group by
+        group. `old` maps a sample to its old log-probs; one missing there (the round's first minibatch, see
+        the class docstring) takes this pass's own, detached, and keeps them in `old` for later epochs."""
         import torch
 
         from backends.grpo_loss import grpo_loss
 
         optim = self._spec.optim
-        total = sum(s.n_completion for s in seqs)
-        keep = [i for i, a in enumerate(advantages) if a != 0.0]
+        total = sum(seqs[i].n_completion for i in part)
+        keep = [i for i in part if advantages[i] != 0.0]
         if not keep:
             return Step(0.0, total, 0.0, 0.0, False)
-        seqs, old, advantages = [seqs[i] for i in keep], [old[i] for i in keep], [advantages[i] for i in keep]
         self._optimizer.zero_grad(set_to_none=True)
         loss_sum = clipped = 0.0
-        for group in self._groups(seqs):
-            logp = self._token_logps([seqs[i] for i in group])
-            old_logp = torch.cat([old[i] for i in group])
-            adv = torch.cat([torch.full((seqs[i].n_completion,), advantages[i]) for i in group]).to(logp.device)
+        for group in self._groups([seqs[i] for i in keep]):
+            members = [keep[j] for j in group]
+            logp = self._token_logps([seqs[i] for i in members])
+            for i, own in zip(members, logp.detach().split([seqs[i].n_completion for i in members])):
+                old.setdefault(i, own)
+            old_logp = torch.cat([old[i] for i in members])
+            adv = torch.cat([torch.full((seqs[i].n_completion,), advantages[i]) for i in members]).to(logp.device)
             loss, fraction = grpo_loss(logp, old_logp, adv, clip_low=optim.clip_low, clip_high=optim.clip_high,
                                        num_tokens=total)
             loss.backward()
@@ -394,6 +407,17 @@ class _StepReporter:
     def step(self, done: int) -> None:
         if self.progress is not None:
             self.progress(self.offset + done, self.total)
+
+
+def has_dropout(model) -> bool:
+    """Whether a train-mode pass through `model` is random: a dropout layer with p > 0 (LoRA's included) or
+    a dropout rate in its config (attention dropout is applied as a rate, not by a layer)."""
+    import torch
+
+    if any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules()):
+        return True
+    config = model.config.get_text_config().to_dict()
+    return any(isinstance(v, (int, float)) and v > 0 for k, v in config.items() if k.endswith(("dropout", "pdrop")))
 
 
 def shuffle_seed(batch: list[TrainSample]) -> int:
