@@ -24,14 +24,10 @@ ENGINES: dict[str, str] = {
 KNOWN_ENGINES = ("torch", "mlx", "llama_cpp", "fake")
 """Every engine name the app knows of, registered here or not yet."""
 
-AUTO_PREFERENCE: tuple[tuple[str, bool], ...] = (("torch", True), ("mlx", True), ("llama_cpp", False), ("torch", False))
-"""(engine, only when accelerated) best first: torch on CUDA, MLX on Apple silicon, llama.cpp, torch on CPU."""
-
-OPT_IN: dict[str, str] = {
-    "llama_cpp": "only with --backend llama_cpp until its generation is batched (one sequence at a time so far)",
-}
-"""Registered engines that `auto` skips, and why; remove an entry to let `auto` pick the engine."""
-
+AUTO_PREFERENCE: tuple[tuple[str, str], ...] = (("torch", "cuda"), ("mlx", "apple_silicon"), ("llama_cpp", ""),
+                                                ("torch", ""))
+"""(engine, the Hardware flag of the accelerator it must run on, "" for none) best first: torch on CUDA,
+MLX on Apple silicon, llama.cpp, torch on CPU."""
 
 @dataclass(frozen=True)
 class Capabilities:
@@ -61,10 +57,10 @@ def capabilities(name: str) -> Capabilities:
 def auto_order(hw: Hardware) -> list[str]:
     """Registered engines in the order `auto` tries them on `hw` (accelerated ones only where they are)."""
     order: list[str] = []
-    for name, needs_accelerator in AUTO_PREFERENCE:
-        if name not in ENGINES or name in order or name in OPT_IN:
+    for name, accelerator in AUTO_PREFERENCE:
+        if name not in ENGINES or name in order:
             continue
-        if needs_accelerator and not backend_class(name).runs_accelerated(hw):
+        if accelerator and not backend_class(name).runs_accelerated(hw):
             continue
         order.append(name)
     return order
@@ -85,9 +81,17 @@ def choose(requested: str, hw: Hardware, *, training: bool = True) -> tuple[str,
         cls = backend_class(name)
         ok, why = cls.is_available(hw)
         if ok and (cls.supports_training or not training):
-            return name, why
+            return name, why + "".join(f"; {note}" for note in _unused_accelerator(hw))
         reasons.append(f"{name}: {why if not ok else 'cannot train'}")
     raise BackendError("no backend is usable: " + "; ".join(reasons) + "; run `swarm doctor` for install commands")
+
+
+def _unused_accelerator(hw: Hardware) -> list[str]:
+    """Why an engine that would run on this machine's GPU does not (a CPU build of torch beside an NVIDIA
+    card, MLX not installed on Apple silicon), so the reason for a CPU engine says what to fix."""
+    return [f"{name}: {backend_class(name).is_available(hw)[1]}" for name, accelerator in AUTO_PREFERENCE
+            if accelerator and getattr(hw, accelerator) and name in ENGINES
+            and not backend_class(name).runs_accelerated(hw)]
 
 
 def resume_conflict(saved_engine: str, engine: str) -> str | None:

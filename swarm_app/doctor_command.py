@@ -3,16 +3,18 @@
 Owns the report: hardware, every known engine (installed, usable, why not, the exact install command),
 the engine `auto` picks and the recommended sizing, the model `--model` resolves to, the user paths,
 whether the listen port is free and whether bootstrap peers answer a TCP connect (2 s each, all at
-once). It loads no model and imports no engine's heavy modules, so it answers in about a second; a
-pace estimate would need the model loaded, so the report says how to measure one instead.
+once). It loads no model and imports no engine's heavy modules, so it answers in about a second; with
+`pace=True` it also loads the model on the chosen engine and times one probe round (1 question x L
+completions, scaled to the recommended I) for a seconds-per-round and rounds-per-hour estimate.
 Must not write anything or change settings; swarm_app/commands/doctor.py prints the report.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import importlib.util
+import json
+import time
 from dataclasses import asdict
 from pathlib import Path
 
@@ -27,7 +29,7 @@ PEER_TIMEOUT_S = 2.0
 ENGINE_MODULES = {"torch": ("torch", "transformers", "peft"), "mlx": ("mlx", "mlx_lm"),
                   "llama_cpp": ("llama_cpp", "gguf"), "fake": ()}
 PYTORCH_INDEX = "https://download.pytorch.org/whl"
-PACE_HINT = "not probed (it needs the model loaded); measure with `swarm run --no-ui --rounds 2 --offline`"
+PACE_HINT = "not probed: `swarm doctor --pace` loads the model and times a probe round"
 
 
 def torch_install_command(hw: Hardware) -> str:
@@ -67,13 +69,13 @@ def engine_status(name: str, hw: Hardware) -> dict:
         status["reason"] = f"installed, but this version of swarm-app has no {name} engine yet"
     else:
         ok, why = registry.backend_class(name).is_available(hw)
-        status.update(available=ok, reason=why + (f"; {registry.OPT_IN[name]}" if ok and name in registry.OPT_IN else ""))
+        status.update(available=ok, reason=why)
         if name == "torch" and hw.cuda and not registry.backend_class(name).runs_accelerated(hw):
             status["install"] = torch_install_command(hw)
     return status
 
 
-def build_report(settings: Settings, hw: Hardware) -> dict:
+def build_report(settings: Settings, hw: Hardware, pace: bool = False) -> dict:
     engines = [engine_status(name, hw) for name in registry.KNOWN_ENGINES]
     try:
         chosen, reason = registry.choose(settings.model.backend, hw)
@@ -92,8 +94,43 @@ def build_report(settings: Settings, hw: Hardware) -> dict:
         "paths": _paths(settings),
         "listen": _listen(settings.peer.listen),
         "peers": asyncio.run(_peers(settings.peer.peers)) if settings.peer.peers else [],
-        "pace": PACE_HINT,
+        "pace": _pace(settings, chosen, advice) if pace and chosen else PACE_HINT,
     }
+
+
+def _pace(settings: Settings, engine_name: str, advice: sizing.Recommendation) -> dict | str:
+    """Seconds per round at the recommended I, L and completion length on `engine_name`, from two probe
+    rounds after a warm-up: 1 question and 2 questions of L completions each. A round costs a fixed part
+    plus a part per question, so round(I) = t1 + (I - 1) x (t2 - t1)."""
+    from backends.base import Sampling
+    from swarm_app import tasks
+    from swarm_app.models import resolve
+    from swarm_app.run_setup import model_spec
+    from swarm_app.training.loop import RoundPlan, Trainer
+
+    batch = advice.batch
+    try:
+        folder = resolve(settings.model.path).folder
+        engine = registry.load(engine_name, model_spec(settings, folder, threads=advice.threads))
+    except (SwarmError, BackendError) as exc:
+        return f"not probed: {getattr(exc, 'message', None) or exc}"
+    specs = tasks.preset(settings.tasks.preset)
+    sampling = Sampling(max_new_tokens=batch.max_new_tokens, temperature=settings.model.temperature)
+    took = []
+    try:
+        engine.generate([tasks.regenerate(tasks.draw(specs, 0, 0, 1)[0]).messages()], 2,
+                        Sampling(max_new_tokens=4, seed=0))  # warm-up: first-call costs are not the pace
+        for questions in (1, 2):
+            trainer = Trainer(engine, RoundPlan(specs, questions, 0, batch.completions, seed=questions, sampling=sampling))
+            started = time.perf_counter()
+            trainer.run_round(1)
+            took.append(time.perf_counter() - started)
+    finally:
+        engine.close()
+    round_s = max(took[0] + (batch.local - 1) * max(took[1] - took[0], 0.0), 1e-3)
+    return {"round_s": round(round_s, 3), "rounds_per_hour": round(3600 / round_s), "probe_s": [round(t, 3) for t in took],
+            "how": f"probe rounds of 1 and 2 questions x {batch.completions} on {engine_name} "
+                   f"({took[0]:.2f} s, {took[1]:.2f} s), extended to {batch.local} questions"}
 
 
 def _model(settings: Settings) -> dict:
@@ -193,5 +230,7 @@ def format_text(report: dict) -> str:
         state = (f"reachable, {peer.get('software') or 'software unknown'}" if peer["reachable"]
                  else f"unreachable ({peer['reason']})")
         lines.append(f"peer {peer['address']}: {state}" + (f"; {peer['update']}" if peer.get("update") else ""))
-    lines.append(f"pace: {report['pace']}")
+    pace = report["pace"]
+    lines.append(f"pace: {pace['round_s']} s per round, ~{pace['rounds_per_hour']} rounds per hour ({pace['how']})"
+                 if isinstance(pace, dict) else f"pace: {pace}")
     return "\n".join(lines)

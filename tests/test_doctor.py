@@ -35,7 +35,8 @@ def test_linux_with_nvidia_and_a_cpu_build_of_torch(tmp_path, capsys, monkeypatc
     monkeypatch.setattr("backends.torch_lora.torch_cuda_build", lambda: "")
     report = doctor_json(capsys, monkeypatch, src)
     assert report["hardware"]["gpus"][0]["name"] == "NVIDIA GeForce RTX 4090"
-    assert report["chosen"] == "torch" and "CPU build" in report["reason"]
+    # The card goes unused by auto's CPU choice (llama.cpp where installed), and the reason says why.
+    assert report["chosen"] in {"torch", "llama_cpp"} and "this torch is a CPU build" in report["reason"]
     assert engines(report)["torch"]["install"] == ("pip install --force-reinstall torch "
                                                    "--index-url https://download.pytorch.org/whl/cu124")
 
@@ -112,6 +113,20 @@ def test_the_text_report_names_the_choice(capsys):
     assert main(["doctor", "--listen", "127.0.0.1:0"]) == 0
     out = capsys.readouterr().out
     assert "chosen: " in out and "recommended: " in out and "config file: " in out
+
+
+def test_pace_times_probe_rounds_on_the_chosen_engine(capsys, monkeypatch):
+    report = doctor_json(capsys, monkeypatch, None, "--listen", "127.0.0.1:0", "--backend", "fake", "--pace")
+    pace = report["pace"]
+    assert 0 < pace["round_s"] < 60 and pace["rounds_per_hour"] >= 60
+    assert len(pace["probe_s"]) == 2 and "on fake" in pace["how"]
+    assert main(["doctor", "--listen", "127.0.0.1:0", "--backend", "fake", "--pace"]) == 0
+    assert "s per round, ~" in capsys.readouterr().out
+
+
+def test_pace_without_a_model_says_why_not(capsys, monkeypatch, tmp_path):
+    report = doctor_json(capsys, monkeypatch, None, "--listen", "127.0.0.1:0", "--pace", "--model", str(tmp_path / "none"))
+    assert report["pace"].startswith("not probed:") and "does not exist" in report["pace"]
 
 
 @pytest.mark.skipif(Path("/proc/driver/nvidia").exists(), reason="a driver without nvidia-smi makes doctor ask torch")

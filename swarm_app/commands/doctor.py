@@ -14,6 +14,8 @@ from swarm_app.commands import flags
 def add_parser(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser("doctor", help="this machine, the engines that run here and the one chosen")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--pace", action="store_true", help="also load the model on the chosen engine and time a "
+                        "probe round: seconds per round and rounds per hour here (seconds on the bundled model)")
     flags.add_settings(parser, flags.MODEL + flags.PEER)
     parser.set_defaults(handler=main)
 
@@ -23,6 +25,6 @@ def main(args: argparse.Namespace) -> int:
     from swarm_app.doctor_command import build_report, format_text
     from swarm_app.hardware import detect
 
-    report = build_report(settings, detect())
+    report = build_report(settings, detect(), pace=args.pace)
     print(json.dumps(report) if args.json else format_text(report))
     return 0

@@ -12,8 +12,7 @@ from swarm_app.cli import main
 def with_broken_engine(monkeypatch):
     """llama_cpp stands for an engine whose install broke: its class is replaced by one whose load fails."""
     monkeypatch.setitem(registry.ENGINES, "llama_cpp", "tests.backends.broken_engine:BrokenBackend")
-    monkeypatch.setattr(registry, "AUTO_PREFERENCE", (("llama_cpp", False), ("fake", False)))
-    monkeypatch.setattr(registry, "OPT_IN", {})
+    monkeypatch.setattr(registry, "AUTO_PREFERENCE", (("llama_cpp", ""), ("fake", "")))
 
 
 def test_a_broken_engine_chosen_by_name_is_one_line_with_the_next_step(stub_model, tmp_path, capsys, monkeypatch):

@@ -50,8 +50,7 @@ def test_auto_never_picks_an_engine_that_cannot_train(engines, monkeypatch):
         registry.choose("torch", CPU_ONLY)
 
 
-def test_an_accelerated_engine_goes_first_only_where_it_is_accelerated(engines, monkeypatch):
-    monkeypatch.setattr(registry, "OPT_IN", {})
+def test_an_accelerated_engine_goes_first_only_where_it_is_accelerated(engines):
     engines.clear()
     engines.update({"torch": "tests.backends.test_registry:Accelerated",
                     "llama_cpp": "backends.fake:FakeBackend"})
@@ -76,6 +75,6 @@ def test_every_flag_has_a_default_on_the_base_class():
     assert (Backend.supports_training, Backend.adapter_format, Backend.supports_cancel) == (True, "peft", False)
 
 
-def test_an_opt_in_engine_is_chosen_only_by_name():
-    assert "llama_cpp" not in registry.auto_order(CPU_ONLY)
+def test_on_a_cpu_only_machine_auto_tries_llama_cpp_before_torch_and_never_fake():
+    assert registry.auto_order(CPU_ONLY) == ["llama_cpp", "torch"]
     assert registry.choose("fake", CPU_ONLY)[0] == "fake"
