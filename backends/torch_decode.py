@@ -15,7 +15,7 @@ from typing import Callable
 
 import torch
 from transformers import Cache, DynamicCache
-from transformers.cache_utils import CacheLayerMixin
+from transformers.cache_utils import CacheLayerMixin, get_layer_types_and_kwargs
 from transformers.generation.logits_process import LogitsProcessorList, TemperatureLogitsWarper, TopPLogitsWarper
 
 from backends.base import Sampling
@@ -86,8 +86,6 @@ class PreallocatedLayer(CacheLayerMixin):
 def new_cache(model, capacity: int) -> Cache:
     """A preallocated cache of `capacity` tokens where every layer is plain full attention; otherwise (sliding
     windows, linear attention: layers that keep less than every token) transformers' own DynamicCache."""
-    from transformers.cache_utils import get_layer_types_and_kwargs
-
     config = model.config.get_text_config(decoder=True)
     layer_types, _ = get_layer_types_and_kwargs(config)
     if any(kind != "full_attention" for kind in layer_types):

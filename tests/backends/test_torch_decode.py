@@ -162,16 +162,21 @@ def test_preallocated_layer_keeps_what_a_dynamic_cache_keeps():
         ours.update(torch.randn(2, 3, 2, 4), torch.randn(2, 3, 2, 4))
 
 
-def test_grouped_query_attention_with_biases_qwen2():
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+@pytest.mark.parametrize("sliding", [False, True])
+def test_grouped_query_attention_with_biases_qwen2(sliding):
+    # With a sliding-window layer the loop falls back to transformers' DynamicCache, which trims that layer.
+    from transformers import DynamicCache, Qwen2Config, Qwen2ForCausalLM
 
     config = Qwen2Config(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-                         initializer_range=0.3, tie_word_embeddings=False)
+                         initializer_range=0.3, tie_word_embeddings=False, use_sliding_window=sliding,
+                         sliding_window=6, max_window_layers=1)
     torch.manual_seed(0)
     model = Qwen2ForCausalLM(config).eval()
     assert model.model.layers[0].self_attn.k_proj.bias is not None
-    assert all(isinstance(layer, PreallocatedLayer) for layer in new_cache(model, 8).layers)
+    cache = new_cache(model, 8)
+    assert isinstance(cache, DynamicCache) == sliding
+    assert sliding or all(isinstance(layer, PreallocatedLayer) for layer in cache.layers)
     gen = torch.Generator().manual_seed(1)
     prompts = [torch.randint(3, 96, (length,), generator=gen).tolist() for length in (7, 12, 9)]
     ids, mask = pad([p for p in prompts for _ in range(2)], 0, left=True, device="cpu")
