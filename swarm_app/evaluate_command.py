@@ -9,6 +9,7 @@ from backends import registry
 from backends.base import BackendError, Hardware
 from swarm_app import tasks
 from swarm_app.errors import ModelError
+from swarm_app.model_recommendations import apply_recommendations
 from swarm_app.models import resolve
 from swarm_app.run_setup import model_spec
 from swarm_app.settings import Settings
@@ -38,6 +39,7 @@ def run_eval(settings: Settings, adapter: Path | None, n: int, hardware: Hardwar
     specs = tasks.preset(settings.tasks.preset)
     model = resolve(settings.model.path)
     model_dir = model.folder
+    apply_recommendations(settings, model_dir)  # the run's values, so its held-out scores compare with these
     adapter_dir = _adapter_folder(adapter) if adapter else None
     try:
         name, _ = registry.choose(settings.model.backend, hardware, training=False)

@@ -25,6 +25,7 @@ from swarm_app.event_bus import EventBus, LogForwarder
 from swarm_app.events import (CheckpointSaved, Event, ModelLoading, RoundFinished, RoundStarted,
                               RunStarted, RunStopped, SharingChanged, SwarmJoined, TrainingPaused, TrainingResumed)
 from swarm_app.files import check_writable_folder
+from swarm_app.model_recommendations import apply_recommendations
 from swarm_app.models import resolve
 from swarm_app.peer_tracker import PeerTracker
 from swarm_app.rollouts import RolloutExchange
@@ -153,6 +154,7 @@ class Session:
             self.peer_config = peer_config(self.settings)
         self.model = resolve(self.settings.model.path)
         model_dir = self.model.folder
+        apply_recommendations(self.settings, model_dir)  # its swarm.toml, below every layer the user set
         check_writable_folder(self.run_dir, "--run-dir")
         started = check_run_matches(self.run_dir, model_dir, self.settings.tasks.preset, self.fresh)
         self.seed = run_seed(self.settings, started)

@@ -1,7 +1,9 @@
 """The one `Settings` object: typed sections, a docstring per field, validation with clear messages.
 
-Precedence: defaults < a command's own defaults (`swarm demo`: 10 rounds) < `config.toml` (user config
-dir, or `--config FILE`) < `SWARM_<SECTION>_<FIELD>` environment variables < command-line flags. A field
+Precedence: defaults < the model's recommended settings (its folder's `swarm.toml`, applied once the model
+is known: swarm_app/model_recommendations.py) < a command's own defaults (`swarm demo`: 10 rounds) <
+`config.toml` (user config dir, or `--config FILE`) < `SWARM_<SECTION>_<FIELD>` environment variables <
+command-line flags. `Settings.given` records which keys a layer above the model's set. A field
 that a flag can set names the flag in its metadata (`flag`, `metavar`); swarm_app/commands/flags.py
 declares the flags from there. Built once per command and passed down; no globals.
 Unknown keys and bad values raise `UsageError` naming the key and what is allowed.
@@ -120,9 +122,12 @@ class Settings:
     tasks: TaskSettings = field(default_factory=TaskSettings)
     peer: PeerSettings = field(default_factory=PeerSettings)
     run: RunSettings = field(default_factory=RunSettings)
+    given: set = field(default_factory=set, compare=False, repr=False)
+    """The "section.field" keys set by a command's default, config.toml, SWARM_* or a flag: a model's
+    recommended settings never replace these."""
 
     def sections(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "given"}
 
 
 def load_settings(config_file: Path | None, env: Mapping[str, str], overrides: Mapping[str, Any],
@@ -184,11 +189,13 @@ def parse_env_value(raw: str) -> Any:
 
 
 def set_value(settings: Settings, section: str, name: str, value: Any, source: str) -> None:
+    """Set one field from a layer above the model's recommendations (and record it in `given`)."""
     target = getattr(settings, section)
     known = {f.name: f for f in fields(target)}
     if name not in known:
         raise UsageError(f"{source}: unknown setting {section}.{name}; known: {', '.join(known)}")
     setattr(target, name, coerce(known[name], f"{section}.{name}", value, source))
+    settings.given.add(f"{section}.{name}")
 
 
 def field_of(key: str) -> dataclasses.Field:
@@ -245,4 +252,4 @@ def _raise() -> Any:
 
 def describe(settings: Settings) -> dict:
     """Plain dict of all settings (for run metadata and `swarm config show`)."""
-    return dataclasses.asdict(settings)
+    return {name: dataclasses.asdict(section) for name, section in settings.sections().items()}

@@ -47,7 +47,7 @@ def render(tokenizer, messages) -> str:
 def test_folder_is_complete_and_small():
     names = {p.name for p in BUNDLED.iterdir()}
     assert {"model.safetensors", "config.json", "generation_config.json", "tokenizer.json",
-            "tokenizer_config.json", "README.md"} <= names
+            "tokenizer_config.json", "README.md", "swarm.toml"} <= names
     assert sum(p.stat().st_size for p in BUNDLED.iterdir() if p.is_file()) <= MAX_BYTES
 
 

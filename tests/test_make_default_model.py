@@ -26,6 +26,9 @@ def test_toy_build_writes_a_model_folder_the_app_loads(tmp_path, preset):
     card = (out / "README.md").read_text(encoding="utf-8")
     assert f"Task preset `{preset}`" in card
     assert ("arc_1d and bf" in card) == (preset == "easy")  # the easy-only paragraph on left-out tasks
+    # the build writes the recommended settings the bundled folder ships (a rebuild keeps them)
+    shipped = ROOT / "assets" / "models" / "swarm-tiny" / "swarm.toml"
+    assert (out / "swarm.toml").read_text(encoding="utf-8") == shipped.read_text(encoding="utf-8")
 
     backend = TorchBackend()
     backend.load(ModelSpec(path=str(out), threads=1, trainable=False))

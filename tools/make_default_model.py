@@ -319,6 +319,26 @@ right for 24% of items; "(P ∨ R)", which the verifier accepted for 77%), so th
 priors to reshuffle instead of questions to read."""
 
 
+RECOMMENDED_SETTINGS = """\
+# The settings swarm-app applies to this model only, below config.toml, SWARM_* and flags
+# (swarm_app/model_recommendations.py). Written by tools/make_default_model.py.
+
+[train]
+# On 2 CPU cores a round of this model takes 0.6-1.4 s and an evaluation of 64 held-out items 0.8-4.4 s
+# (64 distinct prompts to prefill, against 8 in a round; its greedy answers end by themselves after 8-24
+# tokens, so a token cap would save nothing). Every 5 rounds, the default for real models, evaluation
+# took 21-38% of the round time (the more the cores are shared, the more); every 25 rounds it takes
+# 5-10%, and the held-out curve still gets a point every 15-40 s.
+# Measured: benchmarks/results/learning/eval_cost.md
+eval_every = 25
+"""
+
+
+def write_recommendations(out: Path) -> None:
+    """swarm.toml: what this model needs that the app's defaults (written for real models) do not give."""
+    (out / "swarm.toml").write_text(RECOMMENDED_SETTINGS, encoding="utf-8")
+
+
 def model_card(facts: dict, out: Path) -> str:
     """README.md of the folder: how it was made and what it scores, from this run's own numbers."""
     a, greedy, sampling = facts["args"], facts["report"]["greedy"], facts["report"].get("sampling", {})
@@ -404,6 +424,11 @@ The folder holds the weights of step {facts['kept_step']}, the point with the hi
 |---|---|---|---|---|---|
 {curve}
 
+## Recommended settings
+
+`swarm.toml` holds the settings the app applies to this model only, below config.toml, `SWARM_*` and
+flags: a held-out evaluation every 25 rounds instead of 5 (the file says why).
+
 ## Limits
 
 {left_out} Answers are bare `<answer>...</answer>` spans with no
@@ -469,6 +494,7 @@ def main(argv: list[str] | None = None) -> int:
     model.save_pretrained(args.out)
     tokenizer.save_pretrained(args.out, save_jinja_files=False)  # template inside tokenizer_config.json
     write_config_extras(args.out, model)
+    write_recommendations(args.out)
     write_gguf(args.out)
     report = measure_model.measure(args.out, args.preset, args.heldout_n, samples=args.samples, seed=args.seed)
     facts = {"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
