@@ -3,7 +3,10 @@
 For each seed: `swarm run --no-ui` with defaults in its own run folder for up to --minutes of wall
 time (then Ctrl-C, which checkpoints and exits 0), then `swarm eval --n N` of the final adapter. The
 baseline is `swarm eval --n N` of the starting model, measured in the same run of this script.
-Writes curves and results to JSON and a PNG plot; prints the gain in points of held-out accuracy.
+Learning is reported against wall time from the start of each `swarm run` process, its in-run held-out
+evaluations included (and model loading and checkpoints): each curve row has `wall_s`, and each seed the
+share of its wall time its evaluations took. Writes curves and results to JSON and a PNG plot; prints
+the gain in points of held-out accuracy.
 
     python benchmarks/solo_learning.py --seeds 0 1 2 --minutes 30 --parallel 3 --out out/solo
 """
@@ -30,13 +33,16 @@ def eval_json(env: dict, n: int, preset: str, adapter: Path | None = None) -> di
     return json.loads(out.stdout)
 
 
-def run_seeds(seeds: list[int], minutes: float, out: Path, env: dict, preset: str, extra: list[str]) -> None:
-    procs = []
+def run_seeds(seeds: list[int], minutes: float, out: Path, env: dict, preset: str, extra: list[str]) -> dict[int, float]:
+    """Run the seeds side by side for `minutes`; returns each process's start time (epoch seconds)."""
+    procs, launched = [], {}
     for seed in seeds:
         run_dir = out / f"seed-{seed}"
         log = open(out / f"seed-{seed}.log", "w", encoding="utf-8")
-        cmd = swarm("run", "--no-ui", "--fresh", "--tasks", preset, "--seed", str(seed), "--run-dir", str(run_dir),
-                    *extra)
+        # --offline: solo nodes need no swarm, and parallel seeds raced for the default port (one died at start)
+        cmd = swarm("run", "--no-ui", "--offline", "--fresh", "--tasks", preset, "--seed", str(seed),
+                    "--run-dir", str(run_dir), *extra)
+        launched[seed] = time.time()
         procs.append((subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env), log))
     deadline = time.monotonic() + minutes * 60
     while time.monotonic() < deadline and any(p.poll() is None for p, _ in procs):
@@ -47,11 +53,24 @@ def run_seeds(seeds: list[int], minutes: float, out: Path, env: dict, preset: st
     for proc, log in procs:
         proc.wait(timeout=600)
         log.close()
+    return launched
 
 
-def curve(run_dir: Path) -> list[dict]:
+def curve(run_dir: Path, launched: float) -> list[dict]:
+    """One row per round; `wall_s` is when the round ended, its evaluation included (a row's `time` is
+    stamped before the evaluation), counted from the start of the process."""
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [{k: r.get(k) for k in ("round", "reward_local", "heldout_acc", "round_s")} for r in rows]
+    return [{**{k: r.get(k) for k in ("round", "reward_local", "heldout_acc", "round_s", "eval_s")},
+             "wall_s": round(r["time"] + (r.get("eval_s") or 0.0) - launched, 3)} for r in rows]
+
+
+def eval_cost(rows: list[dict]) -> dict:
+    """How much of the run its in-run evaluations took."""
+    evals = [r["eval_s"] for r in rows if r["eval_s"] is not None]
+    wall = rows[-1]["wall_s"] if rows else 0.0
+    return {"evaluations": len(evals), "eval_s_total": round(sum(evals), 1), "wall_s": wall,
+            "eval_s_each": round(sum(evals) / len(evals), 2) if evals else None,
+            "eval_share": round(sum(evals) / wall, 4) if wall else None}
 
 
 def plot(results: dict, path: Path) -> None:
@@ -63,12 +82,14 @@ def plot(results: dict, path: Path) -> None:
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
     for seed, res in results["seeds"].items():
         rows = res["curve"]
-        ax1.plot([r["round"] for r in rows], moving_average([r["reward_local"] for r in rows], 5), label=f"seed {seed}")
+        minutes = [r["wall_s"] / 60 for r in rows]
+        ax1.plot(minutes, moving_average([r["reward_local"] for r in rows], 5), label=f"seed {seed}")
         evals = [r for r in rows if r["heldout_acc"] is not None]
-        ax2.plot([0] + [r["round"] for r in evals], [results["baseline"]["accuracy"]] + [r["heldout_acc"] for r in evals],
-                 marker="o", label=f"seed {seed}")
-    ax1.set(title="training reward (own rollouts, moving avg 5)", xlabel="round")
-    ax2.set(title="held-out accuracy (greedy, in-run eval)", xlabel="round")
+        ax2.plot([0] + [r["wall_s"] / 60 for r in evals], [results["baseline"]["accuracy"]] + [r["heldout_acc"] for r in evals],
+                 marker="o", label=f"seed {seed} (eval {res['eval_cost']['eval_share'] or 0:.0%} of its time)")
+    wall = "wall-clock minutes (evaluation included)"
+    ax1.set(title="training reward (own rollouts, moving avg 5)", xlabel=wall)
+    ax2.set(title="held-out accuracy (greedy, in-run eval)", xlabel=wall)
     ax1.legend()
     ax2.legend()
     fig.tight_layout()
@@ -94,18 +115,21 @@ def main() -> int:
     started = time.time()
     baseline = eval_json(env, args.eval_n, args.tasks)
     print(f"baseline held-out accuracy {baseline['accuracy']:.3f} (n={baseline['n']})", flush=True)
+    launched: dict[int, float] = {}
     for i in range(0, len(args.seeds), args.parallel):
-        run_seeds(args.seeds[i:i + args.parallel], args.minutes, args.out, env, args.tasks, args.extra)
+        launched |= run_seeds(args.seeds[i:i + args.parallel], args.minutes, args.out, env, args.tasks, args.extra)
     results = {"baseline": baseline, "tasks": args.tasks, "minutes": args.minutes, "parallel": args.parallel,
                "seeds": {}}
     for seed in args.seeds:
         run_dir = args.out / f"seed-{seed}"
         final = eval_json(env, args.eval_n, args.tasks, adapter=run_dir)
-        rows = curve(run_dir)
-        results["seeds"][seed] = {"final": final, "rounds": len(rows), "curve": rows,
+        rows = curve(run_dir, launched[seed])
+        cost = eval_cost(rows)
+        results["seeds"][seed] = {"final": final, "rounds": len(rows), "curve": rows, "eval_cost": cost,
                                   "gain_points": 100 * (final["accuracy"] - baseline["accuracy"])}
-        print(f"seed {seed}: {len(rows)} rounds, held-out {baseline['accuracy']:.3f} -> {final['accuracy']:.3f} "
-              f"({results['seeds'][seed]['gain_points']:+.1f} points)", flush=True)
+        print(f"seed {seed}: {len(rows)} rounds in {cost['wall_s'] / 60:.1f} min, held-out {baseline['accuracy']:.3f} -> "
+              f"{final['accuracy']:.3f} ({results['seeds'][seed]['gain_points']:+.1f} points); {cost['evaluations']} "
+              f"in-run evaluations took {cost['eval_share'] or 0:.1%} of that time", flush=True)
     gains = [r["gain_points"] for r in results["seeds"].values()]
     results["mean_gain_points"] = sum(gains) / len(gains)
     results["wall_s"] = time.time() - started
