@@ -18,7 +18,6 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
-import random
 import tempfile
 from pathlib import Path
 
@@ -43,7 +42,6 @@ class LlamaCppBackend(Backend):
         """The base model's GGUF that generation runs on (set by load)."""
         self._adapter = None
         self._swap_dir: tempfile.TemporaryDirectory | None = None
-        self._draws = random.Random()
 
     @classmethod
     def is_available(cls, hw: Hardware) -> tuple[bool, str]:
@@ -96,12 +94,19 @@ class LlamaCppBackend(Backend):
         return self._trainer.model_id
 
     def generate(self, prompts: list[Messages], n: int, sampling: Sampling, progress=None) -> list[list[Completion]]:
+        import torch
+
+        from backends.torch_decode import token_chooser
+
         decoder = self._require_decoder()
-        draws = random.Random(sampling.seed) if sampling.seed is not None else self._draws
         rows = [ids for ids in map(self._trainer._encode_prompt, prompts) for _ in range(n)]
-        seeds = [draws.randrange(2**31) for _ in rows]
-        done = decoder.generate(rows, seeds, sampling.temperature, sampling.top_p, sampling.max_new_tokens,
-                                set(self._trainer._stop_ids), progress)
+        chooser = token_chooser(sampling)  # the torch engine's: both engines sample alike
+
+        def choose(logits) -> list[int]:
+            return chooser(torch.from_numpy(logits)).tolist()
+
+        with self._trainer._seeded(sampling.seed), torch.inference_mode():
+            done = decoder.generate(rows, choose, sampling.max_new_tokens, set(self._trainer._stop_ids), progress)
         tok = self._trainer._tok
         completions = [Completion(tok.decode(new, skip_special_tokens=True), len(new) + stopped) for new, stopped in done]
         return [completions[i * n : (i + 1) * n] for i in range(len(prompts))]

@@ -2,9 +2,10 @@
 
 Owns: a KV cache preallocated for the whole call and written in place (transformers' DynamicCache grows by
 torch.cat every step: 45% of the decode loop on the bundled model), the shared-prompt prefill (each
-distinct prompt through the model once, its cache repeated for its copies), the token choice exactly as
-transformers' generate() makes it (argmax at temperature 0; else its temperature and top-p warpers over the
-whole distribution, then one multinomial draw per row), and dropping rows from the batch once they have
+distinct prompt through the model once, its cache repeated for its copies), the token choice (argmax at
+temperature 0; else transformers' temperature and top-p warpers over the whole distribution, as generate()
+applies them, then one inverse-CDF draw per row: torch.multinomial took 47 ms a step for 16 rows over a
+152k vocabulary, this 6 ms), and dropping rows from the batch once they have
 emitted a stop token. Imports torch and transformers at module level: torch_lora.py imports this module only
 when it generates. Must not import swarm_app, nor know about chat templates or completions.
 """
@@ -114,9 +115,17 @@ def prefill(model, kwarg: str, ids, mask, cache: Cache) -> int:
     return ids.shape[1] - 1
 
 
+def draw(probs):
+    """One token per row of `probs` (rows x vocab, each row summing to ~1), by inverse CDF with one uniform per
+    row. A token of probability 0 is never drawn (searching right of u skips flat stretches of the CDF)."""
+    cdf = probs.cumsum(-1)
+    u = torch.rand((probs.shape[0], 1), device=probs.device, dtype=cdf.dtype) * cdf[:, -1:]
+    return torch.searchsorted(cdf, u, right=True).squeeze(1).clamp_(max=probs.shape[-1] - 1)
+
+
 def token_chooser(sampling: Sampling) -> Callable:
-    """fp32 last-position logits -> one token per row: generate()'s choice for these settings (its
-    temperature then top-p warpers, top_k off so the whole distribution counts; argmax at temperature <= 0)."""
+    """fp32 last-position logits -> one token per row: argmax at temperature <= 0; else generate()'s
+    temperature then top-p warpers (top_k off, so the whole distribution counts) and one draw per row."""
     if sampling.temperature <= 0:
         return lambda logits: torch.argmax(logits, dim=-1)
     warpers = LogitsProcessorList()
@@ -124,7 +133,7 @@ def token_chooser(sampling: Sampling) -> Callable:
         warpers.append(TemperatureLogitsWarper(sampling.temperature))
     if sampling.top_p < 1.0:
         warpers.append(TopPLogitsWarper(top_p=sampling.top_p, min_tokens_to_keep=1))
-    return lambda logits: torch.multinomial(torch.softmax(warpers(None, logits), dim=-1), 1).squeeze(1)
+    return lambda logits: draw(torch.softmax(warpers(None, logits), dim=-1))
 
 
 def decode(model, kwarg: str, ids, mask, sampling: Sampling, stop_ids: list[int],
