@@ -34,6 +34,7 @@ REQUIRED = ("llama_cpp", "gguf", "torch", "transformers", "peft")
 class LlamaCppBackend(Backend):
     name = "llama_cpp"
     adapter_format = "peft"  # the torch side writes and reads the adapter files
+    supports_cancel = True  # the decoder reports after every decode step
 
     def __init__(self) -> None:
         self._trainer = TorchBackend()

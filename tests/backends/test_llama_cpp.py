@@ -106,6 +106,24 @@ def test_batches_of_more_rows_than_one_context_pass_are_complete_and_reproducibl
     assert len({c.text for c in first[0]}) > 1  # the copies of a prompt sample independently
 
 
+def test_a_progress_callback_that_raises_cancelled_stops_generation_between_steps(prompts, tmp_path):
+    from backends.base import Cancelled
+
+    engine = load_engine("llama_cpp", cache_dir=str(tmp_path))
+    assert engine.supports_cancel
+    seen = []
+
+    def progress(done, total):
+        seen.append(done)
+        if done >= 3:
+            raise Cancelled()
+
+    with pytest.raises(Cancelled):
+        engine.generate(prompts, 8, Sampling(max_new_tokens=48, seed=1), progress)
+    assert seen == [1, 2, 3]
+    assert len(engine.generate(prompts[:1], 2, Sampling(max_new_tokens=8, seed=1))[0]) == 2  # still usable
+
+
 @pytest.fixture(scope="module")
 def qwen2_folder(tmp_path_factory):
     """A small random qwen2 model (GQA, q/k/v biases, a vocabulary padded past the tokenizer's ids) with the
