@@ -96,7 +96,7 @@ def content_key(folder: Path) -> str:
 
 
 def convert_model(folder: Path, out: Path, weights: str = "f32") -> Path:
-    """Write `folder`'s model as a GGUF at `out` with `weights` ("f32" or "q8_0"), atomically (a temp file,
+    """Write `folder`'s model as a GGUF at `out` with `weights` ("f32", "f16" or "q8_0"), atomically (a temp file,
     then rename). The file records the folder's content key (`CONTENT_KEY_FIELD`)."""
     import gguf
     from safetensors.numpy import load_file
