@@ -142,13 +142,12 @@ class BatchedDecoder:
         memory = lib.llama_get_memory(ctx)
         lib.llama_memory_clear(memory, True)
         rows = [Row(seq=i, prompt_len=len(p)) for i, p in enumerate(prompts)]
-        for first, end in zip(firsts, [*firsts[1:], len(prompts)]):
-            index = self._evaluate(prompts[first], first)
-            for copy in range(first + 1, end):
+        ends = dict(zip(firsts, [*firsts[1:], len(prompts)]))
+        for first, logits in self._evaluate([(prompts[first], first) for first in firsts]):
+            for copy in range(first + 1, ends[first]):
                 lib.llama_memory_seq_cp(memory, first, copy, -1, -1)
-            logits = np.ctypeslib.as_array(lib.llama_get_logits_ith(ctx, index), shape=(self._vocab,))
             # every copy draws its first token from the prompt's logits
-            self._accept(rows[first:end], choose(np.repeat(logits[None], end - first, axis=0)), stops)
+            self._accept(rows[first : ends[first]], choose(np.repeat(logits[None], ends[first] - first, axis=0)), stops)
         for step in range(1, max_new):
             active = [row for row in rows if not row.stopped and len(row.tokens) < max_new]
             if report is not None:
@@ -171,12 +170,16 @@ class BatchedDecoder:
             row.tokens.append(token)
             row.stopped = token in stops
 
-    def _evaluate(self, prompt: list[int], seq: int) -> int:
-        """Run `prompt` through sequence `seq`; the batch index of its last token's logits."""
-        last = len(prompt) - 1
-        for start in range(0, len(prompt), BATCH_TOKENS):
-            self._decode([(prompt[p], p, seq, p == last) for p in range(start, min(start + BATCH_TOKENS, len(prompt)))])
-        return last % BATCH_TOKENS
+    def _evaluate(self, prompts: list[tuple[list[int], int]]):
+        """Run each (prompt ids, sequence) through its sequence, several prompts per llama_decode (up to
+        BATCH_TOKENS tokens); yields (sequence, a copy of its last token's logits) as each is ready."""
+        tokens = [(token, pos, seq, pos == len(prompt) - 1) for prompt, seq in prompts for pos, token in enumerate(prompt)]
+        for start in range(0, len(tokens), BATCH_TOKENS):
+            part = tokens[start : start + BATCH_TOKENS]
+            self._decode(part)
+            for i, (_, _, seq, last) in enumerate(part):
+                if last:
+                    yield seq, np.ctypeslib.as_array(self._lib.llama_get_logits_ith(self._ctx, i), shape=(self._vocab,)).copy()
 
     def _decode(self, tokens: list[tuple[int, int, int, bool]]) -> None:
         """One llama_decode of (token, position, sequence, wants logits) tuples."""
