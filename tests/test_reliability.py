@@ -3,7 +3,6 @@ CLI or Session with the fake backend, real files in a temp dir, real sockets on 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import logging
