@@ -152,6 +152,9 @@ class ModelSpec:
     model_id: str = ""
     cache_dir: str = ""
     """Where an engine may keep converted models (the app passes its user cache dir; empty: a temp dir)."""
+    precision: str = "auto"
+    """Number format of the model's weights in torch: "fp32", "bf16" or "auto" (see
+    backends/torch_device.py: pick_device). The LoRA weights and their optimizer stay fp32."""
 
     def reported_id(self) -> str:
         """The model id to publish: `model_id`, else the folder's name."""

@@ -34,9 +34,13 @@ def stored_bytes_per_param(folder: Path) -> int:
     return STORED_BYTES.get(dtype, 2)
 
 
+def parameter_estimate(folder: Path) -> int:
+    """The model's parameter count, from the weights' size on disk and the dtype the checkpoint stores."""
+    return weights_bytes(folder) // stored_bytes_per_param(folder)
+
+
 def needed_bytes(folder: Path, bytes_per_param: int) -> int:
-    params = weights_bytes(folder) / stored_bytes_per_param(folder)
-    return int(params * bytes_per_param * MARGIN)
+    return int(parameter_estimate(folder) * bytes_per_param * MARGIN)
 
 
 def check_fits(folder: Path, bytes_per_param: int, free_bytes: int, where: str) -> None:

@@ -27,7 +27,7 @@ from backends.base import Backend, BackendError, Completion, Hardware, Messages,
 from backends.base import TrainSample, TrainStats
 from backends.chat import IM_END, check_model_folder, encode_prompt, load_tokenizer, model_folder, stop_ids
 from backends.grpo_batch import Sequence, Step, encode_sample, group_by_prompt, summarize
-from backends.memory_fit import check_fits
+from backends.memory_fit import check_fits, parameter_estimate
 from backends.torch_device import free_memory, pick_device, torch_cuda_build, torch_float32, where_of
 from backends.torch_batching import cache_kwarg, pad, prompt_cache
 
@@ -109,7 +109,7 @@ class TorchBackend(Backend):
         self.close()
         folder = model_folder(spec.path)
         check_model_folder(folder)
-        device, dtype = pick_device(spec.threads)
+        device, dtype = pick_device(spec.threads, spec.precision, parameter_estimate(folder))
         check_fits(folder, 2 if dtype != torch_float32() else 4, free_memory(device), where_of(device))
         tok = load_tokenizer(folder)
         try:

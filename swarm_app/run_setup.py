@@ -53,7 +53,7 @@ def model_spec(settings: Settings, model_dir: Path, trainable: bool = True, *, m
                      OptimConfig(t.learning_rate, t.weight_decay, t.epochs, t.minibatches, t.clip_low, t.clip_high,
                                  t.max_grad_norm),
                      threads=threads or settings.model.threads or 1, trainable=trainable, model_id=model_id,
-                     cache_dir=str(user_dirs().cache))
+                     cache_dir=str(user_dirs().cache), precision=settings.model.precision)
 
 
 def any_port(listen: str) -> str:

@@ -42,6 +42,10 @@ class ModelSettings:
     threads: int = setting(0, "CPU threads for the engine. 0: one per physical core (`swarm doctor` shows the "
                            "figure); 1 keeps a machine that also runs other work steady.", low=0, high=256,
                            flag="--threads", metavar="N")
+    precision: str = setting("auto", "Number format of the model's weights (torch): auto (bf16 on a CUDA GPU that "
+                             "has it, and on a CPU with native bf16, AVX512-BF16 or AMX, for models of 100 M "
+                             "parameters or more; fp32 elsewhere), fp32, bf16. The LoRA adapter stays fp32.",
+                             choices=("auto", "fp32", "bf16"))
     max_new_tokens: int = setting(48, "Longest completion in tokens.", low=1, high=8192)
     temperature: float = setting(1.0, "Sampling temperature for training rollouts.", low=0.0, high=5.0)
     top_p: float = setting(1.0, "Nucleus sampling mass for training rollouts.", low=0.0, high=1.0)
