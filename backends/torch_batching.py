@@ -36,17 +36,29 @@ def prompt_cache(model, kwarg: str, ids, mask, copies: list[int], cache=None):
     This is how a prompt shared by several sequences goes through the model once: the cache stands in for
     it in every copy, and with gradients enabled they flow back through the copies into that one pass.
     `kwarg` is the forward() argument that takes the cache (see `cache_kwarg`); `cache` is an empty one to
-    fill (a DynamicCache when None).
+    fill (a DynamicCache when None). The pass skips the LM head where the model exposes its decoder: the
+    cache needs no logits, and a bf16 CPU head over one position copied the whole transposed embedding
+    matrix (573 ms per call on a 152k x 896 vocabulary, a fifth of a 0.5B model's round update).
     """
     import torch
     from transformers import DynamicCache
 
     cache = DynamicCache(config=model.config) if cache is None else cache
-    model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0), use_cache=True,
-          logits_to_keep=1, **{kwarg: cache})
+    body = decoder_of(model)
+    head_args = {"logits_to_keep": 1} if body is model else {}
+    body(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0), use_cache=True,
+         **head_args, **{kwarg: cache})
     rows = torch.repeat_interleave(torch.arange(len(copies)), torch.tensor(copies))
     cache.batch_select_indices(rows.to(ids.device))
     return cache
+
+
+def decoder_of(model):
+    """The model's transformer body without its LM head (through a PEFT wrapper, LoRA layers included), or
+    the model itself where it does not expose one."""
+    get_decoder = getattr(model, "get_decoder", None)
+    body = get_decoder() if callable(get_decoder) else None
+    return model if body is None else body
 
 
 def split_by_budget(lengths: list[int], vocab: int, budget: int = LOGIT_BUDGET) -> list[list[int]]:

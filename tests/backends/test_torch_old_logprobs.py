@@ -80,7 +80,7 @@ def test_the_first_minibatch_is_not_computed_twice():
 
     def count_passes(backend: TorchBackend) -> int:
         passes.clear()
-        hook = backend._model.get_output_embeddings().register_forward_hook(lambda m, a, out: passes.append(1))
+        hook = backend._model.get_decoder().register_forward_hook(lambda m, a, out: passes.append(1))
         try:
             backend.train_step(BATCH)
         finally:
