@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from backends import registry
-from backends.base import BackendError, Hardware
+from backends.base import BackendError, Hardware, Sampling
 from swarm_app import tasks
 from swarm_app.errors import ModelError
 from swarm_app.model_recommendations import apply_recommendations
@@ -15,7 +15,7 @@ from swarm_app.run_setup import model_spec
 from swarm_app.settings import Settings
 from swarm_app.sizing import recommend
 from swarm_app.training.checkpoint import Checkpoints
-from swarm_app.training.evaluation import EvalResult, evaluate
+from swarm_app.training.evaluation import EvalResult, SampledResult, evaluate, sampled_reward
 
 
 @dataclass(frozen=True)
@@ -25,9 +25,11 @@ class EvalReport:
     result: EvalResult
     model: Path
     adapter: Path | None
+    sampled: SampledResult | None = None
 
     def to_dict(self) -> dict:
-        return {**self.result.to_dict(), "model": str(self.model), "adapter": str(self.adapter) if self.adapter else None}
+        return {**self.result.to_dict(), "model": str(self.model), "adapter": str(self.adapter) if self.adapter else None,
+                "sampled": self.sampled.to_dict() if self.sampled else None}
 
     def heading(self) -> str:
         adapter = (f"adapter {self.adapter}" if self.adapter else
@@ -35,7 +37,9 @@ class EvalReport:
         return f"model {self.model}, {adapter}"
 
 
-def run_eval(settings: Settings, adapter: Path | None, n: int, hardware: Hardware) -> EvalReport:
+def run_eval(settings: Settings, adapter: Path | None, n: int, hardware: Hardware, samples: int = 0) -> EvalReport:
+    """Greedy held-out accuracy on `n` questions; with `samples` > 0 also their mean reward over that many
+    completions each at the rollout settings (temperature, top_p, length) of `settings`."""
     specs = tasks.preset(settings.tasks.preset)
     model = resolve(settings.model.path)
     model_dir = model.folder
@@ -49,8 +53,14 @@ def run_eval(settings: Settings, adapter: Path | None, n: int, hardware: Hardwar
             backend.load_adapter(adapter_dir)
     except BackendError as exc:
         raise ModelError(str(exc)) from None
+    refs = tasks.heldout(specs, n)
+    m = settings.model
     try:
-        return EvalReport(evaluate(backend, tasks.heldout(specs, n), settings.model.max_new_tokens), model_dir, adapter_dir)
+        sampled = None
+        if samples > 0:
+            rollout = Sampling(max_new_tokens=m.max_new_tokens, temperature=m.temperature, top_p=m.top_p, seed=0)
+            sampled = sampled_reward(backend, refs, rollout, samples)
+        return EvalReport(evaluate(backend, refs, m.max_new_tokens), model_dir, adapter_dir, sampled)
     finally:
         backend.close()
 

@@ -86,6 +86,19 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, existing_run,
     assert snapshot(existing_run) == before
 
 
+def test_eval_samples_scores_held_out_rollouts_repeatably(capsys):
+    command = ["eval", "--backend", "torch", "--threads", "1", "--n", "10", "--samples", "3", "--json"]
+    assert main(command) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert main(command) == 0
+    sampled = first["sampled"]
+    assert json.loads(capsys.readouterr().out)["sampled"] == sampled  # seeded draws
+    assert (sampled["questions"], sampled["samples"], sampled["temperature"]) == (10, 3, 1.0)
+    assert 0.0 < sampled["mean_reward"] < 1.0 and set(sampled["per_task"]) == set(first["per_task"])
+    assert main(["eval", "--backend", "fake", "--samples", "99"]) == 2
+    assert "--samples 99" in capsys.readouterr().err
+
+
 def test_eval_json_with_the_fake_backend(stub_model, capsys):
     assert main(["eval", "--backend", "fake", "--model", str(stub_model), "--tasks", "easy", "--n", "10", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)

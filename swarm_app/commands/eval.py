@@ -17,6 +17,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser("eval", help="held-out accuracy with greedy decoding")
     parser.add_argument("--adapter", metavar="DIR", help="a LoRA adapter: a checkpoint folder or a run folder")
     parser.add_argument("--n", type=int, default=200, help="held-out questions (default 200)")
+    parser.add_argument("--samples", type=int, default=0, metavar="K",
+                        help="also the mean reward of K completions per question at the rollout temperature "
+                             "(what the reward chart shows; default 0: greedy accuracy only)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     flags.add_settings(parser, flags.MODEL + ("tasks.preset",))
     parser.set_defaults(handler=main)
@@ -26,10 +29,13 @@ def main(args: argparse.Namespace) -> int:
     settings = flags.load_settings_for(args)
     if args.n < 1:
         raise UsageError(f"--n {args.n} must be at least 1")
+    if not 0 <= args.samples <= 64:
+        raise UsageError(f"--samples {args.samples} must be between 0 and 64")
     from swarm_app.evaluate_command import run_eval
     from swarm_app.run_setup import detect_hardware
 
-    report = run_eval(settings, Path(args.adapter) if args.adapter else None, args.n, detect_hardware(settings.model.backend))
+    report = run_eval(settings, Path(args.adapter) if args.adapter else None, args.n,
+                      detect_hardware(settings.model.backend), args.samples)
     result = report.result
     if args.json:
         print(json.dumps(report.to_dict()))
@@ -38,4 +44,10 @@ def main(args: argparse.Namespace) -> int:
         print(f"held-out accuracy {result.accuracy:.3f} on {result.n} questions")
         for name, acc in result.per_task.items():
             print(f"  {name:28s} {acc:.3f}")
+        if report.sampled is not None:
+            sampled = report.sampled
+            print(f"held-out mean reward {sampled.mean_reward:.3f} over {sampled.samples} samples per question "
+                  f"at temperature {sampled.temperature:g}")
+            for name, reward in sampled.per_task.items():
+                print(f"  {name:28s} {reward:.3f}")
     return 0

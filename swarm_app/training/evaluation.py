@@ -1,7 +1,9 @@
 """Held-out accuracy: greedy decoding on a fixed list of TaskRefs that training never draws.
 
 An item counts as correct when its reward is 1 (the dataset's verifier fully accepts the extracted
-answer).
+answer). `sampled_reward` scores the same items as training rollouts are scored: the mean reward of
+several completions per question at the rollout temperature (what the reward chart shows, on held-out
+questions).
 """
 
 from __future__ import annotations
@@ -39,3 +41,31 @@ def evaluate(backend: Backend, refs: list[tasks.TaskRef], max_new_tokens: int,
     hits = [ok for oks in correct.values() for ok in oks]
     per_task = {name: sum(oks) / len(oks) for name, oks in sorted(correct.items())}
     return EvalResult(sum(hits) / max(len(hits), 1), len(hits), per_task)
+
+
+@dataclass(frozen=True)
+class SampledResult:
+    mean_reward: float
+    questions: int
+    samples: int
+    temperature: float
+    per_task: dict[str, float]
+
+    def to_dict(self) -> dict:
+        return {"mean_reward": self.mean_reward, "questions": self.questions, "samples": self.samples,
+                "temperature": self.temperature, "per_task": self.per_task}
+
+
+def sampled_reward(backend: Backend, refs: list[tasks.TaskRef], sampling: Sampling, samples: int,
+                   progress: Progress | None = None) -> SampledResult:
+    """Mean reward of `samples` completions per held-out question drawn with `sampling` (seeded: repeatable)."""
+    items = [tasks.regenerate(ref, heldout=True) for ref in refs]
+    rewards: dict[str, list[float]] = defaultdict(list)
+    for start in range(0, len(items), EVAL_BATCH):
+        chunk = items[start:start + EVAL_BATCH]
+        outputs = backend.generate([task.messages() for task in chunk], samples, sampling, progress)
+        for task, group in zip(chunk, outputs):
+            rewards[task.ref.dataset].extend(tasks.score(task, completion.text) for completion in group)
+    every = [r for values in rewards.values() for r in values]
+    per_task = {name: sum(values) / len(values) for name, values in sorted(rewards.items())}
+    return SampledResult(sum(every) / max(len(every), 1), len(items), samples, sampling.temperature, per_task)
