@@ -9,6 +9,8 @@ share of its wall time its evaluations took. Writes curves and results to JSON a
 the gain in points of held-out accuracy.
 
     python benchmarks/solo_learning.py --seeds 0 1 2 --minutes 30 --parallel 3 --out out/solo
+
+Another model (a candidate folder): SWARM_MODEL_PATH=DIR applies to the runs and the evaluations alike.
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ def swarm(*args: str) -> list[str]:
     return [sys.executable, "-m", "swarm_app", *args]
 
 
-def eval_json(env: dict, n: int, preset: str, adapter: Path | None = None) -> dict:
-    cmd = swarm("eval", "--tasks", preset, "--n", str(n), "--json", *(["--adapter", str(adapter)] if adapter else []))
+def eval_json(env: dict, n: int, preset: str, samples: int, adapter: Path | None = None) -> dict:
+    cmd = swarm("eval", "--tasks", preset, "--n", str(n), "--samples", str(samples), "--json",
+                *(["--adapter", str(adapter)] if adapter else []))
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True)
     return json.loads(out.stdout)
 
@@ -100,12 +103,18 @@ def moving_average(values: list[float], k: int) -> list[float]:
     return [sum(values[max(0, i - k + 1):i + 1]) / len(values[max(0, i - k + 1):i + 1]) for i in range(len(values))]
 
 
+def sampled(report: dict) -> str:
+    return f"{report['sampled']['mean_reward']:.3f}" if report.get("sampled") else "-"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--minutes", type=float, default=30.0, help="wall time per seed")
     parser.add_argument("--parallel", type=int, default=1, help="seeds run at the same time")
     parser.add_argument("--eval-n", type=int, default=500)
+    parser.add_argument("--samples", type=int, default=4,
+                        help="completions per held-out question for the sampled reward at T = 1 (0: greedy only)")
     parser.add_argument("--tasks", default="easy", help="task preset for training and evaluation")
     parser.add_argument("--out", type=Path, default=Path("out/solo"))
     parser.add_argument("extra", nargs="*", help="extra flags for swarm run (after --)")
@@ -113,22 +122,27 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "SWARM_HOME": str(args.out.resolve() / "home")}
     started = time.time()
-    baseline = eval_json(env, args.eval_n, args.tasks)
-    print(f"baseline held-out accuracy {baseline['accuracy']:.3f} (n={baseline['n']})", flush=True)
+    baseline = eval_json(env, args.eval_n, args.tasks, args.samples)
+    print(f"baseline held-out accuracy {baseline['accuracy']:.3f} (n={baseline['n']}), sampled reward "
+          f"{sampled(baseline)}", flush=True)
     launched: dict[int, float] = {}
     for i in range(0, len(args.seeds), args.parallel):
         launched |= run_seeds(args.seeds[i:i + args.parallel], args.minutes, args.out, env, args.tasks, args.extra)
-    results = {"baseline": baseline, "tasks": args.tasks, "minutes": args.minutes, "parallel": args.parallel,
-               "seeds": {}}
+    results = {"model": os.environ.get("SWARM_MODEL_PATH") or "bundled", "baseline": baseline, "tasks": args.tasks,
+               "minutes": args.minutes, "parallel": args.parallel, "seeds": {}}
     for seed in args.seeds:
         run_dir = args.out / f"seed-{seed}"
-        final = eval_json(env, args.eval_n, args.tasks, adapter=run_dir)
+        final = eval_json(env, args.eval_n, args.tasks, args.samples, adapter=run_dir)
         rows = curve(run_dir, launched[seed])
         cost = eval_cost(rows)
         results["seeds"][seed] = {"final": final, "rounds": len(rows), "curve": rows, "eval_cost": cost,
                                   "gain_points": 100 * (final["accuracy"] - baseline["accuracy"])}
+        if final.get("sampled") and baseline.get("sampled"):
+            results["seeds"][seed]["sampled_gain_points"] = 100 * (final["sampled"]["mean_reward"] -
+                                                                   baseline["sampled"]["mean_reward"])
         print(f"seed {seed}: {len(rows)} rounds in {cost['wall_s'] / 60:.1f} min, held-out {baseline['accuracy']:.3f} -> "
-              f"{final['accuracy']:.3f} ({results['seeds'][seed]['gain_points']:+.1f} points); {cost['evaluations']} "
+              f"{final['accuracy']:.3f} ({results['seeds'][seed]['gain_points']:+.1f} points), sampled reward "
+              f"{sampled(baseline)} -> {sampled(final)}; {cost['evaluations']} "
               f"in-run evaluations took {cost['eval_share'] or 0:.1%} of that time", flush=True)
     gains = [r["gain_points"] for r in results["seeds"].values()]
     results["mean_gain_points"] = sum(gains) / len(gains)

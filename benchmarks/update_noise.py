@@ -211,7 +211,7 @@ def summary(values: list[float]) -> dict:
 
 def run(lr: float, args, out: dict, out_path: Path) -> None:
 
-    spec = ModelSpec(str(bundled_model_dir()), lora=LoraConfig(), optim=OptimConfig(learning_rate=lr), threads=1)
+    spec = ModelSpec(str(args.model), lora=LoraConfig(), optim=OptimConfig(learning_rate=lr), threads=1)
     backend = registry.load("torch", spec)
     specs = tasks.preset("easy")
     eval_refs = tasks.heldout(specs, args.eval_n)
@@ -319,7 +319,7 @@ def gradient_scaling(args, out: dict, out_path: Path) -> None:
     fresh adapter, for growing n: if every question's gradient is shared + own part with shared share c of
     its squared norm, cos(n) ~ n c / (1 + n c), so c and the questions an update needs follow from the curve."""
 
-    spec = ModelSpec(str(bundled_model_dir()), threads=1)
+    spec = ModelSpec(str(args.model), threads=1)
     backend = registry.load("torch", spec)
     plan = RoundPlan(tasks.preset("easy"), I, 0, L, seed=args.seed + 1000,
                      sampling=Sampling(max_new_tokens=NEW_TOKENS, temperature=1.0))
@@ -363,6 +363,7 @@ def gradient_scaling(args, out: dict, out_path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, default=bundled_model_dir(), help="model folder (default: the bundled one)")
     parser.add_argument("--rounds", type=int, default=60)
     parser.add_argument("--measure", type=int, default=10, help="measured rounds at the start and at --late")
     parser.add_argument("--late", type=int, nargs="+", default=[50], help="first rounds of the later measured windows")
@@ -381,7 +382,7 @@ def main() -> None:
     out_path = Path(args.out)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     out = json.loads(out_path.read_text()) if out_path.exists() else {}
-    out.update({"model": "assets/models/swarm-tiny", "engine": "torch", "threads": 1, "preset": "easy", "I": I, "L": L,
+    out.update({"model": str(args.model), "engine": "torch", "threads": 1, "preset": "easy", "I": I, "L": L,
                 "max_new_tokens": NEW_TOKENS, "temperature": 1.0, "lora": {"rank": 16, "alpha": 32},
                 "minibatches": 2, "epochs": 1, "eval_n": args.eval_n})
     out.setdefault("runs", {})
