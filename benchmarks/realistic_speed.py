@@ -10,16 +10,22 @@ app loads it through the same code as any model. Random weights almost never emi
 completion runs to --new-tokens: the token counts of all contenders are equal.
 
 Measured in one run, on the same I questions of the easy preset (their real prompts), L completions each,
-T = 1, --threads threads for every contender:
+T = 1, --threads threads for every contender. The app's torch engine holds the model in its default number
+format (model.precision = auto: bf16 on a CPU with native bf16 such as AVX512-BF16, fp32 elsewhere;
+`torch_dtype` in the results says which):
 - torch: the app's generate() (one pass over each shared prompt) against raw transformers `generate` over
-  the I x L left-padded rows; goal >= 1.5x (issue 15);
+  the I x L left-padded rows, on the same weights; goal >= 1.5x (issue 15);
 - llama.cpp: the app's llama_cpp engine (Q8_0 base GGUF, the F32 LoRA adapter attached) against the
-  app's torch fp32 generate; goal >= 2x;
+  app's torch generate in fp32 (`torch_fp32`, loaded for this where auto chose bf16); goal >= 2x;
+  `over_torch_app` is the ratio against the torch engine as `auto` loads it;
 - one full round: the app (generate, reward, GRPO update with its defaults: 2 minibatches, 1 epoch), on
   the torch engine and on the llama_cpp engine (the one `auto` picks on a machine without a GPU where it
   is installed), against TRL's GRPOTrainer doing the same work (the same prompts, LoRA, lr, clip, no KL,
-  the same reward: crc32 of the completion text mod 2, so groups have spread), timed from train() to the
-  end of the round's second optimizer step; goal >= 3x faster.
+  no gradient checkpointing (TRL's default, which the app does not do), the same reward: crc32 of the
+  completion text mod 2, so groups have spread), timed from train() to the end of the round's second
+  optimizer step; goal >= 3x faster. TRL runs twice: fp32 (`trl`) and in bf16 (`trl_bf16`: the model
+  loaded in bf16 and TRL's own bf16 mixed precision, its default), the like-for-like figure where the
+  app holds the model in bf16.
 Results go to --out after every part (a kill keeps what was measured).
 
     python benchmarks/realistic_speed.py [--questions 2] [--completions 8] [--new-tokens 48] [--threads N]
@@ -111,8 +117,9 @@ def app_round(engine, messages, completions: int, sampling) -> dict:
     return {"gen_s": round(gen_s, 2), "train_s": round(round_s - gen_s, 2), "round_s": round(round_s, 2)}
 
 
-def trl_round(folder: Path, messages, completions: int, new_tokens: int, work: Path) -> dict:
-    """One round of TRL's GRPOTrainer doing the app's work: I x L completions, then 2 optimizer steps."""
+def trl_round(folder: Path, messages, completions: int, new_tokens: int, work: Path, bf16: bool) -> dict:
+    """One round of TRL's GRPOTrainer doing the app's work: I x L completions, then 2 optimizer steps;
+    `bf16`: under TRL's own bf16 mixed precision (on a CPU, autocast), else fp32."""
     import torch
     from datasets import Dataset
     from peft import LoraConfig
@@ -142,9 +149,9 @@ def trl_round(folder: Path, messages, completions: int, new_tokens: int, work: P
         max_completion_length=new_tokens, temperature=1.0, top_p=1.0, top_k=0, beta=0.0,
         epsilon=optim.clip_low, epsilon_high=optim.clip_high, loss_type="dapo", learning_rate=optim.learning_rate,
         max_grad_norm=optim.max_grad_norm, max_steps=optim.minibatches * optim.epochs, logging_steps=1,
-        report_to=[], save_strategy="no", use_cpu=True, bf16=False, dataloader_num_workers=0, seed=0,
+        report_to=[], save_strategy="no", use_cpu=True, bf16=bf16, gradient_checkpointing=False, dataloader_num_workers=0, seed=0,
         shuffle_dataset=False)
-    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.bfloat16 if bf16 else torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(str(folder))
     trainer = GRPOTrainer(model=model, reward_funcs=crc_reward, args=config, processing_class=tokenizer,
                           train_dataset=Dataset.from_list([{"prompt": m} for m in messages]),
@@ -163,7 +170,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=0, help="per engine (default: one per physical core, "
                         "the app's default)")
     parser.add_argument("--seed", type=int, default=0, help="of the random weights")
-    parser.add_argument("--parts", default="torch,llama_cpp,round,trl")
+    parser.add_argument("--parts", default="torch,llama_cpp,round,trl,trl_bf16")
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "swarm-realistic-bench")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "realistic_speed.json")
     args = parser.parse_args()
@@ -192,38 +199,51 @@ def main() -> None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(results, indent=2) + "\n")
 
-    spec = ModelSpec(str(folder), threads=args.threads, cache_dir=str(args.work / "cache"))
-    torch_engine = registry.create("torch")
-    torch_engine.load(spec)
-    prompt_lens = [len(torch_engine._encode_prompt(m)) for m in messages]
-    results["prompt_tokens"] = prompt_lens
-    torch_engine.generate(messages[:1], 2, Sampling(max_new_tokens=4, seed=0))  # warm-up
+    def load_torch(precision: str):
+        engine = registry.create("torch")
+        engine.load(ModelSpec(str(folder), threads=args.threads, cache_dir=str(args.work / "cache"), precision=precision))
+        engine.generate(messages[:1], 2, Sampling(max_new_tokens=4, seed=0))  # warm-up
+        return engine
+
+    torch_engine = load_torch("auto")
+    dtype = next(p.dtype for n, p in torch_engine._model.named_parameters() if n.endswith("base_layer.weight"))
+    results["torch_dtype"] = str(dtype).removeprefix("torch.")  # model.precision = auto on this machine
+    results["prompt_tokens"] = [len(torch_engine._encode_prompt(m)) for m in messages]
     app_rate, app_s = generate_rate(torch_engine, messages, args.completions, sampling)
     if "torch" in parts:
-        raw_rate = raw_torch_rate(torch_engine, messages, args.completions, args.new_tokens)
+        raw_rate = raw_torch_rate(torch_engine, messages, args.completions, args.new_tokens)  # the same weights
         save("torch", {"app_tok_s": round(app_rate, 2), "app_s": round(app_s, 1), "raw_generate_tok_s": round(raw_rate, 2),
                        "app_over_raw": round(app_rate / raw_rate, 3)})
     if "round" in parts:
         save("round", app_round(torch_engine, messages, args.completions, sampling))
     torch_engine.close()
+    fp32_rate = app_rate
+    if "llama_cpp" in parts and dtype != torch.float32:
+        fp32_engine = load_torch("fp32")
+        fp32_rate, fp32_s = generate_rate(fp32_engine, messages, args.completions, sampling)
+        fp32_engine.close()
+        save("torch_fp32", {"app_tok_s": round(fp32_rate, 2), "app_s": round(fp32_s, 1)})
     if "llama_cpp" in parts:
         llama = registry.create("llama_cpp")
         started = time.perf_counter()
-        llama.load(spec)
+        llama.load(ModelSpec(str(folder), threads=args.threads, cache_dir=str(args.work / "cache")))
         load_s = time.perf_counter() - started
         llama.generate(messages[:1], 2, Sampling(max_new_tokens=4, seed=0))  # warm-up
         rate, took = generate_rate(llama, messages, args.completions, sampling)
         save("llama_cpp", {"base": llama.base_gguf.name, "load_s": round(load_s, 1), "tok_s": round(rate, 2),
-                           "s": round(took, 1), "over_torch_fp32": round(rate / app_rate, 3),
+                           "s": round(took, 1), "over_torch_fp32": round(rate / fp32_rate, 3),
+                           "over_torch_app": round(rate / app_rate, 3),
                            "round": app_round(llama, messages, args.completions, sampling)})
         llama.close()
-    if "trl" in parts:
-        entry = trl_round(folder, messages, args.completions, args.new_tokens, args.work)
+    for part, bf16 in (("trl", False), ("trl_bf16", True)):
+        if part not in parts:
+            continue
+        entry = trl_round(folder, messages, args.completions, args.new_tokens, args.work, bf16)
         if "round" in results:
             entry["app_torch_speedup"] = round(entry["round_s"] / results["round"]["round_s"], 3)
         if "llama_cpp" in results:
             entry["app_llama_cpp_speedup"] = round(entry["round_s"] / results["llama_cpp"]["round"]["round_s"], 3)
-        save("trl", entry)
+        save(part, entry)
 
 
 if __name__ == "__main__":
