@@ -11,27 +11,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from backends.base import OptimConfig, Sampling, TrainSample
+from backends.base import OptimConfig, Sampling
 from backends.grpo_reference import grpo_loss_reference
-from tests.backends.conformance import engine_params, load_engine
+from tests.backends.conformance import BATCH, QUESTION, engine_params, load_engine, padded
 
 pytestmark = pytest.mark.parametrize("engine", engine_params())
 
-QUESTION = [{"role": "user", "content": "What is 3 + 4?"}]
-BATCH = [
-    TrainSample(QUESTION, "<answer>7</answer>", 1.2),
-    TrainSample(QUESTION, "3 + 4 = 8 <answer>8</answer>", -0.4),
-    TrainSample(QUESTION, "<answer>12</answer>", -0.8),
-    TrainSample(QUESTION, "It is 7.", 0.0),
-]
 GREEDY = Sampling(max_new_tokens=12, temperature=0.0)
 FAST = OptimConfig(learning_rate=0.05, epochs=1, minibatches=1)
-
-
-def padded(rows: list[list[float]]) -> tuple[np.ndarray, np.ndarray]:
-    width = max(map(len, rows))
-    values = np.array([r + [0.0] * (width - len(r)) for r in rows])
-    return values, np.arange(width)[None, :] < np.array([len(r) for r in rows])[:, None]
 
 
 def test_n_completions_per_prompt_reproducible_with_a_seed(engine):

@@ -13,19 +13,12 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
-from backends.base import ModelSpec, OptimConfig, Sampling, TrainSample  # noqa: E402
+from backends.base import ModelSpec, OptimConfig, Sampling  # noqa: E402
 from backends.grpo_reference import grpo_loss_reference  # noqa: E402
 from backends.torch_device import BF16_CPU_MIN_PARAMS, cpu_has_native_bf16, pick_device  # noqa: E402
 from backends.torch_lora import TorchBackend  # noqa: E402
-from tests.backends.conformance import BUNDLED  # noqa: E402
+from tests.backends.conformance import BATCH, BUNDLED, QUESTION, padded  # noqa: E402
 
-QUESTION = [{"role": "user", "content": "What is 3 + 4?"}]
-BATCH = [
-    TrainSample(QUESTION, "<answer>7</answer>", 1.2),
-    TrainSample(QUESTION, "3 + 4 = 8 <answer>8</answer>", -0.4),
-    TrainSample(QUESTION, "<answer>12</answer>", -0.8),
-    TrainSample(QUESTION, "It is 7.", 0.0),
-]
 GREEDY = Sampling(max_new_tokens=12, temperature=0.0)
 cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU rule")
 
@@ -34,12 +27,6 @@ def load(precision: str, **optim) -> TorchBackend:
     backend = TorchBackend()
     backend.load(ModelSpec(str(BUNDLED), threads=1, precision=precision, optim=OptimConfig(**optim)))
     return backend
-
-
-def padded(rows: list[list[float]]) -> tuple[np.ndarray, np.ndarray]:
-    width = max(map(len, rows))
-    values = np.array([r + [0.0] * (width - len(r)) for r in rows])
-    return values, np.arange(width)[None, :] < np.array([len(r) for r in rows])[:, None]
 
 
 @cpu_only
