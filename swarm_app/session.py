@@ -283,12 +283,21 @@ class Session:
         self.last_checkpoint = str(folder)
         return state.round
 
+    def _machine_line(self) -> str:
+        """The sizing advice, saying so where model.threads overrides its thread count."""
+        if self.advice is None:
+            return ""
+        threads = self.settings.model.threads
+        if threads and threads != self.advice.threads:
+            return f"{self.advice.reason}; running {threads} thread{'s' if threads > 1 else ''} as set (model.threads)"
+        return self.advice.reason
+
     async def _run_rounds(self) -> int:
         trainer, total = self.trainer, self.settings.train.rounds
         self.events.publish(RunStarted(str(self.run_dir), self.backend_name, self.backend_reason,
                                        trainer.backend.model_id, self.settings.tasks.preset, self.next_round, total,
                                        trainer.backend.device(), trainer.backend.memory(),
-                                       self.advice.reason if self.advice else "", self.hardware.ram_bytes))
+                                       self._machine_line(), self.hardware.ram_bytes))
         last_saved = last_done = self.next_round - 1
         reason = "finished"
         watcher = None

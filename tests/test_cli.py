@@ -146,3 +146,15 @@ def test_demo_defaults_sit_under_config_env_and_flags(isolated_home, monkeypatch
     with pytest.raises(SystemExit):
         main(["demo", "--help"])
     assert "Default here: 10, unless SWARM_TRAIN_ROUNDS or config.toml sets it" in " ".join(capsys.readouterr().out.split())
+
+
+def test_the_machine_line_says_when_threads_override_the_advice(stub_model, tmp_path, capsys):
+    from swarm_app.hardware import detect
+    from swarm_app.sizing import recommend
+
+    advised = recommend(detect(), "fake").threads
+    given = advised + 1
+    assert main(["run", "--no-ui", "--backend", "fake", "--model", str(stub_model), "--run-dir", str(tmp_path / "run"),
+                 "--rounds", "1", "--offline", "--threads", str(given), "--log-format", "json"]) == 0
+    started = next(e for e in map(json.loads, capsys.readouterr().out.splitlines()) if e["event"] == "RunStarted")
+    assert started["advice"].endswith(f"; running {given} threads as set (model.threads)")
