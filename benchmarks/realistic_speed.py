@@ -149,8 +149,8 @@ def trl_round(folder: Path, messages, completions: int, new_tokens: int, work: P
         max_completion_length=new_tokens, temperature=1.0, top_p=1.0, top_k=0, beta=0.0,
         epsilon=optim.clip_low, epsilon_high=optim.clip_high, loss_type="dapo", learning_rate=optim.learning_rate,
         max_grad_norm=optim.max_grad_norm, max_steps=optim.minibatches * optim.epochs, logging_steps=1,
-        report_to=[], save_strategy="no", use_cpu=True, bf16=bf16, gradient_checkpointing=False, dataloader_num_workers=0, seed=0,
-        shuffle_dataset=False)
+        report_to=[], save_strategy="no", use_cpu=True, bf16=bf16, gradient_checkpointing=False,
+        dataloader_num_workers=0, seed=0, shuffle_dataset=False)
     model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.bfloat16 if bf16 else torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(str(folder))
     trainer = GRPOTrainer(model=model, reward_funcs=crc_reward, args=config, processing_class=tokenizer,
@@ -201,7 +201,8 @@ def main() -> None:
 
     def load_torch(precision: str):
         engine = registry.create("torch")
-        engine.load(ModelSpec(str(folder), threads=args.threads, cache_dir=str(args.work / "cache"), precision=precision))
+        engine.load(ModelSpec(str(folder), threads=args.threads, cache_dir=str(args.work / "cache"),
+                              precision=precision))
         engine.generate(messages[:1], 2, Sampling(max_new_tokens=4, seed=0))  # warm-up
         return engine
 
