@@ -5,10 +5,12 @@ each optimizer step with the round's summary. Engines do the tensor work; nothin
 
 from __future__ import annotations
 
+import hashlib
+import random
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from backends.base import Messages, TrainStats
+from backends.base import Messages, OptimConfig, TrainSample, TrainStats
 from backends.chat import encode_prompt
 from backends.torch_batching import split_by_budget
 
@@ -48,6 +50,37 @@ def group_by_prompt(seqs: list[Sequence], vocab: int) -> list[list[int]]:
         by_prompt.setdefault(tuple(s.ids[: s.prompt_len]), []).append(i)
     return [[members[j] for j in part] for members in by_prompt.values()
             for part in split_by_budget([seqs[i].n_completion + 1 for i in members], vocab)]
+
+
+def shuffle_seed(batch: list[TrainSample]) -> int:
+    """A seed from the batch itself: a resumed round reshuffles exactly as before, with no state to save."""
+    digest = hashlib.sha256("\x00".join(s.completion for s in batch).encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") & (2**63 - 1)
+
+
+def minibatch_parts(seqs: list[Sequence], optim: OptimConfig, seed: int) -> list[list[int]]:
+    """Per epoch, the indices of `seqs` in `optim.minibatches` near-equal parts, whole prompt groups together.
+
+    The prompts come in a fresh random order each epoch, each prompt's samples shuffled and kept next to each
+    other, and that order is cut into contiguous parts. So a part holds as few prompts as equal sizes allow
+    (I prompts into I parts: one each), and every engine that shares a prompt's pass across its samples runs
+    each prompt once per part instead of once per part for nearly every prompt, as a plain shuffle would.
+    A group's advantages then also cancel within its part, as they do over the round.
+    """
+    by_prompt: dict[tuple[int, ...], list[int]] = {}
+    for i, s in enumerate(seqs):
+        by_prompt.setdefault(tuple(s.ids[: s.prompt_len]), []).append(i)
+    groups = list(by_prompt.values())
+    rng = random.Random(seed)
+    parts = min(optim.minibatches, len(seqs))
+    out: list[list[int]] = []
+    for _ in range(optim.epochs):
+        rng.shuffle(groups)
+        order = [i for members in groups for i in rng.sample(members, len(members))]
+        size, extra = divmod(len(order), parts)
+        starts = [k * size + min(k, extra) for k in range(parts + 1)]
+        out.extend(order[starts[k] : starts[k + 1]] for k in range(parts))
+    return out
 
 
 def summarize(steps: list[Step], tokens: int) -> TrainStats:

@@ -28,8 +28,8 @@ from backends import mlx_adapter, mlx_decode
 from backends.base import Backend, BackendError, Completion, Hardware, Messages, ModelSpec, Progress, Sampling
 from backends.base import TrainSample, TrainStats
 from backends.chat import IM_END, check_model_folder, encode_prompt, load_tokenizer, model_folder, stop_ids
-from backends.grpo_batch import Sequence, Step, encode_sample, group_by_prompt, summarize
-from backends.torch_lora import shuffle_seed
+from backends.grpo_batch import Sequence, Step, encode_sample, group_by_prompt, minibatch_parts, shuffle_seed
+from backends.grpo_batch import summarize
 
 log = logging.getLogger(__name__)
 
@@ -260,7 +260,7 @@ class MlxBackend(Backend):
         advantages = [s.advantage for s in batch]
         active = [i for i, a in enumerate(advantages) if a != 0.0]
         old = dict(zip(active, self._old_logps([seqs[i] for i in active])))
-        parts = self._minibatches(len(seqs), shuffle_seed(batch))
+        parts = minibatch_parts(seqs, self._spec.optim, shuffle_seed(batch))
         steps = []
         self._model.train()
         try:
@@ -272,15 +272,6 @@ class MlxBackend(Backend):
         finally:
             self._model.eval()
         return summarize(steps, tokens=sum(s.n_completion for s in seqs))
-
-    def _minibatches(self, n: int, seed: int) -> list[list[int]]:
-        """Per epoch, a fresh shuffle of range(n) split into `minibatches` parts (NumPy's generator)."""
-        import numpy as np
-
-        optim = self._spec.optim
-        rng = np.random.default_rng(seed)
-        return [part.tolist() for _ in range(optim.epochs)
-                for part in np.array_split(rng.permutation(n), min(optim.minibatches, n))]
 
     def _gradients(self, seqs: list[Sequence], old: list, advantages: list[float], total: int):
         """(loss, clipped tokens, gradient tree) of one minibatch's samples with A != 0, accumulated group by

@@ -8,6 +8,8 @@ The variant (DESIGN.md §2 step 6), implemented by each backend's `train_step`
 - Ratio rho = exp(log pi(token) - log pi_old(token)), where pi_old's log-probs are computed once per
   round before the first optimizer step, so that with several epochs or minibatches the clip acts.
 - Per-token loss: -min(rho * A, clip(rho, 1 - 0.2, 1 + 0.28) * A) (eps_low 0.2, eps_high 0.28).
+- Minibatches: per epoch, the round's samples cut into `train.minibatches` near-equal parts with whole
+  groups kept together where sizes allow (`backends/grpo_batch.py: minibatch_parts`).
 - No KL term, no reference model. Token-mean over all completion tokens of a minibatch.
 - AdamW on LoRA parameters only, gradient norm clipped (1.0 by default).
 This module is pure Python: no torch.
