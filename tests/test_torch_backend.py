@@ -176,7 +176,8 @@ def test_shared_prompt_pass_gives_the_log_probs_and_gradients_of_full_passes(tin
     full_grads = torch.autograd.grad(full.sum(), params)
     assert any(g.abs().max() > 1e-4 for g in full_grads)
     for a, b in zip(shared_grads, full_grads):
-        assert torch.allclose(a, b, rtol=1e-4, atol=1e-6)
+        # atol: float noise of a different summation order, next to entries up to ~3 in size.
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-5)
 
 
 def test_log_probs_refuse_sequences_with_different_prompts(backend):
