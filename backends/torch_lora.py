@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import hashlib
 import importlib.util
 import json
 import logging
@@ -21,15 +20,15 @@ import math
 import pickle
 import warnings
 from pathlib import Path
-from typing import Iterator
 
 from backends.base import Backend, BackendError, Completion, Hardware, Messages, ModelSpec, Progress, Sampling
 from backends.base import TrainSample, TrainStats
 from backends.chat import IM_END, check_model_folder, encode_prompt, load_tokenizer, model_folder, stop_ids
-from backends.grpo_batch import Sequence, Step, encode_sample, group_by_prompt, summarize
+from backends.grpo_batch import Sequence, Step, encode_sample, group_by_prompt, minibatch_parts, shuffle_seed
+from backends.grpo_batch import summarize
 from backends.memory_fit import check_fits, parameter_estimate
 from backends.torch_device import free_memory, pick_device, torch_cuda_build, torch_float32, where_of
-from backends.torch_batching import cache_kwarg, pad, prompt_cache
+from backends.torch_batching import cache_kwarg, pad, prompt_cache, training_attention
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +56,11 @@ def attach_lora(model, spec: ModelSpec):
         # peft 0.21 calls a method transformers 5 deprecated; nothing for our users to act on.
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing", category=FutureWarning)
         torch.manual_seed(0)  # the same fresh adapter on every load: reproducible runs and tests
-        return get_peft_model(model, config)
+        wrapped = get_peft_model(model, config)
+    from backends.lora_fused import fuse_lora_forward
+
+    fuse_lora_forward(wrapped)
+    return wrapped
 
 
 class TorchBackend(Backend):
@@ -204,21 +207,24 @@ class TorchBackend(Backend):
         """
         import torch
 
+        from backends.torch_logprobs import token_logprobs
+
         head = seqs[0].ids[: seqs[0].prompt_len - 1]
         if any(s.ids[: s.prompt_len] != seqs[0].ids[: seqs[0].prompt_len] for s in seqs):
             raise ValueError("_token_logps needs sequences with one shared prompt")
         tails, mask = pad([s.ids[len(head) :] for s in seqs], self._tok.pad_token_id, left=False, device=self._device)
-        cache = None
-        if head:
-            head_ids = torch.tensor([head], device=self._device)
-            cache = prompt_cache(self._model, self._cache_kwarg, head_ids, torch.ones_like(head_ids), [len(seqs)])
-            mask = torch.cat([mask.new_ones((len(seqs), len(head))), mask], dim=1)
-        positions = torch.arange(len(head), len(head) + tails.shape[1], device=self._device).expand(len(seqs), -1)
-        out = self._model(input_ids=tails, attention_mask=mask, position_ids=positions, use_cache=cache is not None,
-                          **{self._cache_kwarg: cache})
-        logits = out.logits[:, :-1].float()
-        targets = tails[:, 1:]
-        logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+        with training_attention(self._model, self._device, len(seqs), tails.shape[1], len(head) + tails.shape[1]):
+            cache = None
+            if head:
+                head_ids = torch.tensor([head], device=self._device)
+                cache = prompt_cache(self._model, self._cache_kwarg, head_ids, torch.ones_like(head_ids), [len(seqs)])
+                mask = torch.cat([mask.new_ones((len(seqs), len(head))), mask], dim=1)
+            positions = torch.arange(len(head), len(head) + tails.shape[1], device=self._device).expand(len(seqs), -1)
+            out = self._model(input_ids=tails, attention_mask=mask, position_ids=positions,
+                              use_cache=cache is not None, **{self._cache_kwarg: cache})
+        # Position k predicts token k + 1; the last position predicts nothing (a dummy target, dropped).
+        targets = torch.nn.functional.pad(tails[:, 1:], (0, 1))
+        logp = token_logprobs(out.logits, targets)[:, :-1]
         # A tail is the prompt's last token + the completion: positions 0 .. n_completion - 1 predict the completion.
         n_completion = torch.tensor([s.n_completion for s in seqs], device=self._device).unsqueeze(1)
         return logp[torch.arange(logp.shape[1], device=self._device).unsqueeze(0) < n_completion]
@@ -247,7 +253,7 @@ class TorchBackend(Backend):
             return TrainStats(loss=0.0, tokens=0)
         seqs = [self._encode_sample(s) for s in batch]
         advantages = [s.advantage for s in batch]
-        parts = list(self._minibatches(len(seqs), shuffle_seed(batch)))
+        parts = minibatch_parts(seqs, self._spec.optim, shuffle_seed(batch))
         # A == 0 adds nothing to the loss or gradient: no forward pass, but its tokens count in the token mean.
         reused = set(parts[0]) if self._reuses_first_pass else set()
         pending = [i for i, a in enumerate(advantages) if a != 0.0 and i not in reused]
@@ -262,16 +268,6 @@ class TorchBackend(Backend):
         finally:
             self._model.eval()
         return summarize(steps, tokens=sum(s.n_completion for s in seqs))
-
-    def _minibatches(self, n: int, seed: int) -> Iterator[list[int]]:
-        """Per epoch, a fresh shuffle of range(n) split into `minibatches` parts."""
-        import torch
-
-        optim = self._spec.optim
-        shuffle = torch.Generator().manual_seed(seed)
-        for _ in range(optim.epochs):
-            order = torch.randperm(n, generator=shuffle)
-            yield from (part.tolist() for part in torch.tensor_split(order, min(optim.minibatches, n)))
 
     def _minibatch_step(self, part: list[int], seqs: list[Sequence], advantages: list[float], old: dict) -> Step:
         """One optimizer step over the samples `part`; the token mean spans all of them, accumulated group by
@@ -420,7 +416,3 @@ def has_dropout(model) -> bool:
     return any(isinstance(v, (int, float)) and v > 0 for k, v in config.items() if k.endswith(("dropout", "pdrop")))
 
 
-def shuffle_seed(batch: list[TrainSample]) -> int:
-    """A seed from the batch itself: a resumed round reshuffles exactly as before, with no state to save."""
-    digest = hashlib.sha256("\x00".join(s.completion for s in batch).encode("utf-8")).digest()
-    return int.from_bytes(digest[:8], "big") & (2**63 - 1)
