@@ -24,6 +24,10 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from swarm_app.errors import UsageError  # noqa: E402
+from swarm_app.settings import Settings, apply_env  # noqa: E402
+
 
 def swarm(*args: str) -> list[str]:
     return [sys.executable, "-m", "swarm_app", *args]
@@ -37,7 +41,7 @@ def eval_json(env: dict, n: int, preset: str, samples: int, adapter: Path | None
 
 
 def run_seeds(seeds: list[int], minutes: float, out: Path, env: dict, preset: str, extra: list[str]) -> dict[int, float]:
-    """Run the seeds side by side for `minutes`; returns each process's start time (epoch seconds)."""
+    """Run the seeds side by side for `minutes` under `env`; returns each process's start time (epoch seconds)."""
     procs, launched = [], {}
     for seed in seeds:
         run_dir = out / f"seed-{seed}"
@@ -117,19 +121,31 @@ def main() -> int:
                         help="completions per held-out question for the sampled reward at T = 1 (0: greedy only)")
     parser.add_argument("--tasks", default="easy", help="task preset for training and evaluation")
     parser.add_argument("--out", type=Path, default=Path("out/solo"))
+    parser.add_argument("--run-env", action="append", default=[], metavar="SWARM_KEY=VALUE",
+                        help="a setting for the training runs only, not the evaluations (repeatable), e.g. "
+                             "SWARM_SAMPLING_TEMPERATURE=0.7 keeps the held-out sampled reward at T = 1")
     parser.add_argument("extra", nargs="*", help="extra flags for swarm run (after --)")
     args = parser.parse_args()
+    bad = [item for item in args.run_env if not item.startswith("SWARM_") or "=" not in item]
+    if bad:
+        parser.error(f"--run-env takes SWARM_SECTION_FIELD=VALUE, not {bad[0]!r}")
+    try:  # the app ignores SWARM_* variables of sections it does not have: a typo would go unnoticed
+        apply_env(Settings(), {k: v for k, v in (item.split("=", 1) for item in args.run_env)}, strict=True)
+    except UsageError as exc:
+        parser.error(f"--run-env: {exc}")
     args.out.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "SWARM_HOME": str(args.out.resolve() / "home")}
     started = time.time()
     baseline = eval_json(env, args.eval_n, args.tasks, args.samples)
     print(f"baseline held-out accuracy {baseline['accuracy']:.3f} (n={baseline['n']}), sampled reward "
           f"{sampled(baseline)}", flush=True)
+    run_env = {**env, **dict(item.split("=", 1) for item in args.run_env)}
     launched: dict[int, float] = {}
     for i in range(0, len(args.seeds), args.parallel):
-        launched |= run_seeds(args.seeds[i:i + args.parallel], args.minutes, args.out, env, args.tasks, args.extra)
+        launched |= run_seeds(args.seeds[i:i + args.parallel], args.minutes, args.out, run_env, args.tasks,
+                              args.extra)
     results = {"model": os.environ.get("SWARM_MODEL_PATH") or "bundled", "baseline": baseline, "tasks": args.tasks,
-               "minutes": args.minutes, "parallel": args.parallel, "seeds": {}}
+               "minutes": args.minutes, "parallel": args.parallel, "run_env": args.run_env, "seeds": {}}
     for seed in args.seeds:
         run_dir = args.out / f"seed-{seed}"
         final = eval_json(env, args.eval_n, args.tasks, args.samples, adapter=run_dir)

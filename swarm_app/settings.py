@@ -174,13 +174,16 @@ def apply_mapping(settings: Settings, data: Mapping, source: str) -> None:
             set_value(settings, section, name, value, source=source)
 
 
-def apply_env(settings: Settings, env: Mapping[str, str]) -> None:
+def apply_env(settings: Settings, env: Mapping[str, str], strict: bool = False) -> None:
+    """Set the fields named by SWARM_<SECTION>_<FIELD> variables; `strict`: refuse an unknown section too."""
     sections = settings.sections()
     for key, raw in env.items():
         if not key.startswith("SWARM_") or key == "SWARM_HOME":
             continue
         section, _, name = key[len("SWARM_"):].lower().partition("_")
         if section not in sections:
+            if strict:
+                raise UsageError(f"{key}: no settings section [{section}]; known: {', '.join(sections)}")
             continue  # SWARM_* variables of other tools are none of our business
         set_value(settings, section, name, parse_env_value(raw), source=f"environment variable {key}")
 

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from swarm_app.errors import UsageError
-from swarm_app.settings import Settings, load_settings
+from swarm_app.settings import Settings, apply_env, load_settings
 
 
 def write(path: Path, text: str) -> Path:
@@ -59,6 +59,15 @@ def test_bad_env_and_flag_name_their_source(tmp_path):
         load_settings(tmp_path / "absent.toml", {"SWARM_TRAIN_COMPLETIONS": "1"}, {})
     with pytest.raises(UsageError, match="command line: train.local = 999 is out of range"):
         load_settings(tmp_path / "absent.toml", {}, {"train.local": 999})
+
+
+def test_strict_env_refuses_an_unknown_section():
+    env = {"SWARM_SAMPLING_TEMPERATURE": "0.5"}  # the field lives in [model]: a plain run ignores the variable
+    settings = Settings()
+    apply_env(settings, env)
+    assert settings == Settings()
+    with pytest.raises(UsageError, match=r"SWARM_SAMPLING_TEMPERATURE: no settings section \[sampling\]; known: model"):
+        apply_env(settings, env, strict=True)
 
 
 def test_explicit_config_file_must_exist(tmp_path):
