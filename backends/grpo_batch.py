@@ -43,12 +43,17 @@ def encode_sample(tok, messages: Messages, completion: str, end_id: int, model_i
     return Sequence(prompt + tok(completion, add_special_tokens=False)["input_ids"] + [end_id], len(prompt))
 
 
+def by_prompt(seqs: list[Sequence]) -> list[list[int]]:
+    """Indices of `seqs` grouped by prompt, in order of first appearance."""
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for i, s in enumerate(seqs):
+        groups.setdefault(tuple(s.ids[: s.prompt_len]), []).append(i)
+    return list(groups.values())
+
+
 def group_by_prompt(seqs: list[Sequence], vocab: int) -> list[list[int]]:
     """Indices of `seqs` grouped by prompt, each group split so its padded logits stay under the budget."""
-    by_prompt: dict[tuple[int, ...], list[int]] = {}
-    for i, s in enumerate(seqs):
-        by_prompt.setdefault(tuple(s.ids[: s.prompt_len]), []).append(i)
-    return [[members[j] for j in part] for members in by_prompt.values()
+    return [[members[j] for j in part] for members in by_prompt(seqs)
             for part in split_by_budget([seqs[i].n_completion + 1 for i in members], vocab)]
 
 
@@ -67,10 +72,7 @@ def minibatch_parts(seqs: list[Sequence], optim: OptimConfig, seed: int) -> list
     each prompt once per part instead of once per part for nearly every prompt, as a plain shuffle would.
     A group's advantages then also cancel within its part, as they do over the round.
     """
-    by_prompt: dict[tuple[int, ...], list[int]] = {}
-    for i, s in enumerate(seqs):
-        by_prompt.setdefault(tuple(s.ids[: s.prompt_len]), []).append(i)
-    groups = list(by_prompt.values())
+    groups = by_prompt(seqs)
     rng = random.Random(seed)
     parts = min(optim.minibatches, len(seqs))
     out: list[list[int]] = []

@@ -414,5 +414,3 @@ def has_dropout(model) -> bool:
         return True
     config = model.config.get_text_config().to_dict()
     return any(isinstance(v, (int, float)) and v > 0 for k, v in config.items() if k.endswith(("dropout", "pdrop")))
-
-
