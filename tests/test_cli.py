@@ -9,6 +9,8 @@ import pytest
 
 from swarm_app.cli import COMMANDS, build_parser, main
 from swarm_app.commands.flags import load_settings_for
+from swarm_app.model_recommendations import read_recommendations
+from swarm_app.paths import bundled_model_dir
 
 
 def swarm(*args, env=None):
@@ -93,7 +95,8 @@ def test_eval_samples_scores_held_out_rollouts_repeatably(capsys):
     assert main(command) == 0
     sampled = first["sampled"]
     assert json.loads(capsys.readouterr().out)["sampled"] == sampled  # seeded draws
-    assert (sampled["questions"], sampled["samples"], sampled["temperature"]) == (10, 3, 1.0)
+    rollout_temperature = read_recommendations(bundled_model_dir()).get("model.temperature", 1.0)  # its swarm.toml
+    assert (sampled["questions"], sampled["samples"], sampled["temperature"]) == (10, 3, rollout_temperature)
     assert 0.0 < sampled["mean_reward"] < 1.0 and set(sampled["per_task"]) == set(first["per_task"])
     assert main(["eval", "--backend", "fake", "--samples", "99"]) == 2
     assert "--samples 99" in capsys.readouterr().err

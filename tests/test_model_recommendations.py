@@ -27,10 +27,13 @@ def layered(tmp_path, config="", env=None, flags=None, command_defaults=None) ->
     return load_settings(config_file, env or {}, flags or {}, command_defaults=command_defaults)
 
 
-def test_the_bundled_model_evaluates_less_often_and_others_as_before(tmp_path):
+def test_the_bundled_model_takes_its_own_settings_and_others_as_before(tmp_path):
     bundled = layered(tmp_path)
-    assert apply_recommendations(bundled, BUNDLED) == {"train.eval_every": 25}
-    assert bundled.train.eval_every == 25 and "train.eval_every" not in bundled.given
+    expected = {"model.temperature": 0.8, "train.local": 32, "train.minibatches": 1, "train.weight_decay": 1.0,
+                "train.eval_every": 25}
+    assert apply_recommendations(bundled, BUNDLED) == expected
+    assert (bundled.train.eval_every, bundled.train.local, bundled.model.temperature) == (25, 32, 0.8)
+    assert not set(expected) & bundled.given
     copy = tmp_path / "copy"
     shutil.copytree(BUNDLED, copy, ignore=shutil.ignore_patterns(FILE_NAME, "*.gguf"))
     plain = layered(tmp_path)
