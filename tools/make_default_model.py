@@ -319,38 +319,13 @@ right for 24% of items; "(P ∨ R)", which the verifier accepted for 77%), so th
 priors to reshuffle instead of questions to read."""
 
 
-RECOMMENDED_SETTINGS = """\
-# The settings swarm-app applies to this model only, below config.toml, SWARM_* and flags
-# (swarm_app/model_recommendations.py). Written by tools/make_default_model.py.
-# Measured: benchmarks/results/learning/README.md, "Changes to the update".
-
-[model]
-# Rollouts at T = 0.8 instead of 1.0: groups then contrast the model's own likely answers, which moves its
-# greedy answer; at T = 1.0 the update mostly suppresses unlikely ones. 30 minutes, 3 seeds, with [train]
-# below: greedy held-out +5.4 / +2.2 / +3.4 points at T = 0.8, +4.0 / +0.0 / +0.8 at T = 1.0.
-temperature = 0.8
-
-[train]
-# 32 questions in one optimizer step a round, the LoRA walk bounded by weight decay: a step's part shared
-# across questions is ~0.2% of its norm on this model, so more questions per step make it more signal.
-# At the defaults for real models (8 questions, 2 steps, no decay) three 30-minute runs ended -4.0 / +0.2 /
-# -0.6 points greedy and the training reward stayed flat.
-local = 32
-minibatches = 1
-weight_decay = 1.0
-# On 2 CPU cores a round of this model at I = 8 takes 0.6-1.4 s and an evaluation of 64 held-out items 0.8-4.4 s
-# (64 distinct prompts to prefill, against 8 in a round; its greedy answers end by themselves after 8-24
-# tokens, so a token cap would save nothing). Every 5 rounds, the default for real models, evaluation
-# took 21-38% of the round time (the more the cores are shared, the more); every 25 rounds it takes
-# 5-10%, and the held-out curve still gets a point every 15-40 s.
-# Measured: benchmarks/results/learning/eval_cost.md
-eval_every = 25
-"""
+RECOMMENDED_SETTINGS = Path(__file__).with_name("swarm-tiny.swarm.toml")
+"""The swarm.toml a build writes into its folder (the bundled model ships it): settings measured for it."""
 
 
 def write_recommendations(out: Path) -> None:
     """swarm.toml: what this model needs that the app's defaults (written for real models) do not give."""
-    (out / "swarm.toml").write_text(RECOMMENDED_SETTINGS, encoding="utf-8")
+    shutil.copyfile(RECOMMENDED_SETTINGS, out / "swarm.toml")
 
 
 def model_card(facts: dict, out: Path) -> str:
