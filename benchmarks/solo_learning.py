@@ -127,14 +127,15 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("out/solo"))
     parser.add_argument("--run-env", action="append", default=[], metavar="SWARM_KEY=VALUE",
                         help="a setting for the training runs only, not the evaluations (repeatable), e.g. "
-                             "SWARM_SAMPLING_TEMPERATURE=0.7 keeps the held-out sampled reward at T = 1")
+                             "SWARM_MODEL_TEMPERATURE=0.7 (the held-out sampled reward stays at T = 1)")
     parser.add_argument("extra", nargs="*", help="extra flags for swarm run (after --)")
     args = parser.parse_args()
     bad = [item for item in args.run_env if not item.startswith("SWARM_") or "=" not in item]
     if bad:
         parser.error(f"--run-env takes SWARM_SECTION_FIELD=VALUE, not {bad[0]!r}")
+    run_settings = dict(item.split("=", 1) for item in args.run_env)
     try:  # the app ignores SWARM_* variables of sections it does not have: a typo would go unnoticed
-        apply_env(Settings(), {k: v for k, v in (item.split("=", 1) for item in args.run_env)}, strict=True)
+        apply_env(Settings(), run_settings, strict=True)
     except UsageError as exc:
         parser.error(f"--run-env: {exc}")
     args.out.mkdir(parents=True, exist_ok=True)
@@ -143,7 +144,7 @@ def main() -> int:
     baseline = eval_json(env, args.eval_n, args.tasks, args.samples)
     print(f"baseline held-out accuracy {baseline['accuracy']:.3f} (n={baseline['n']}), sampled reward "
           f"{sampled(baseline)}", flush=True)
-    run_env = {**env, **dict(item.split("=", 1) for item in args.run_env)}
+    run_env = {**env, **run_settings}
     launched: dict[int, float] = {}
     for i in range(0, len(args.seeds), args.parallel):
         launched |= run_seeds(args.seeds[i:i + args.parallel], args.minutes, args.out, run_env, args.tasks,
