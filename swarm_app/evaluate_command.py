@@ -11,9 +11,8 @@ from swarm_app import tasks
 from swarm_app.errors import ModelError
 from swarm_app.model_recommendations import apply_recommendations
 from swarm_app.models import resolve
-from swarm_app.run_setup import model_spec
+from swarm_app.run_setup import engine_threads, model_spec
 from swarm_app.settings import Settings
-from swarm_app.sizing import recommend
 from swarm_app.training.checkpoint import Checkpoints
 from swarm_app.training.evaluation import EvalResult, SampledResult, evaluate, sampled_reward
 
@@ -48,7 +47,7 @@ def run_eval(settings: Settings, adapter: Path | None, n: int, hardware: Hardwar
     try:
         name, _ = registry.choose(settings.model.backend, hardware, training=False)
         backend = registry.load(name, model_spec(settings, model_dir, trainable=False, model_id=model.model_id,
-                                                 threads=recommend(hardware, name).threads))
+                                                 threads=engine_threads(settings, hardware, name)))
         if adapter_dir is not None:
             backend.load_adapter(adapter_dir)
     except BackendError as exc:

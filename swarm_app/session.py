@@ -31,8 +31,8 @@ from swarm_app.peer_tracker import PeerTracker
 from swarm_app.rollouts import RolloutExchange
 from swarm_app.settings import Settings
 from swarm_app.sizing import recommend
-from swarm_app.run_setup import (check_run_matches, detect_hardware, load_checkpoint_adapter, model_spec,
-                                 move_old_run_aside, peer_config, run_dir_of, run_seed, usable_listen,
+from swarm_app.run_setup import (check_run_matches, detect_hardware, engine_threads, load_checkpoint_adapter,
+                                 model_spec, move_old_run_aside, peer_config, run_dir_of, run_seed, usable_listen,
                                  write_failed, write_run_file)
 from swarm_app.training.checkpoint import Checkpoints, CheckpointState
 from swarm_app.training.loop import RoundAbandoned, RoundPlan, Trainer
@@ -211,7 +211,7 @@ class Session:
         self.events.publish_threadsafe(ModelLoading(self.model.model_id, self.backend_name, "loading the model"))
         self.advice = recommend(self.hardware, self.backend_name)
         return registry.load(self.backend_name, model_spec(self.settings, model_dir, model_id=self.model.model_id,
-                                                           threads=self.settings.model.threads or self.advice.threads))
+                                                           threads=engine_threads(self.settings, self.hardware, self.backend_name)))
 
     def _plan(self, specs: list[tasks.TaskSpec]) -> RoundPlan:
         t, m = self.settings.train, self.settings.model
