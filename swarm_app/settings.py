@@ -79,6 +79,8 @@ class TrainSettings:
     clip_low: float = setting(0.2, "GRPO ratio clip below 1 (eps_low).", low=0.0, high=1.0)
     clip_high: float = setting(0.28, "GRPO ratio clip above 1 (eps_high).", low=0.0, high=10.0)
     max_grad_norm: float = setting(1.0, "Gradient clipping norm.", low=0.0)
+    negative_weight: float = setting(1.0, "Scale of negative advantages (completions worse than their group's mean); "
+                                     "1 is plain GRPO, below 1 leans on reinforcing right answers.", low=0.0, high=1.0)
     keep_zero_advantage_local: bool = setting(True, "Train on own groups with equal rewards (paper: yes; they add nothing to the loss).")
     checkpoint_every: int = setting(1, "Checkpoint every k rounds (and on Ctrl-C).", low=1)
     eval_every: int = setting(5, "Held-out evaluation every N rounds (0: never).", low=0)

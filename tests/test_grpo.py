@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from swarm_app.training.grpo import ADVANTAGE_EPS, group_advantages, has_signal
+from swarm_app.training.grpo import ADVANTAGE_EPS, group_advantages, has_signal, weigh_negatives
 
 
 def test_advantages_match_hand_computation():
@@ -26,3 +26,11 @@ def test_equal_rewards_give_zero_advantage_and_no_signal():
 def test_partial_credit_is_normalized_too():
     adv = group_advantages([0.25, 0.75])
     assert adv == pytest.approx([-1.0, 1.0], abs=1e-5)
+
+
+def test_negative_weight_scales_only_the_negative_advantages():
+    adv = group_advantages([1.0, 0.0, 0.0, 0.0])
+    weighted = weigh_negatives(adv, 0.25)
+    assert weighted[0] == adv[0] and weighted[1:] == pytest.approx([a * 0.25 for a in adv[1:]])
+    assert weigh_negatives(adv, 1.0) == adv
+    assert weigh_negatives(adv, 0.0)[1:] == [0.0, 0.0, 0.0]

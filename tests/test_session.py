@@ -162,3 +162,13 @@ def test_rescore_never_trusts_the_peer():
     assert rescore(bad_ref) is None
     group = rescore(peer_rollout())
     assert group.rewards == [1.0, 0.0, 0.0, 0.0]
+
+
+def test_negative_weight_reaches_the_update(stub_model, tmp_path):
+    # the fake engine's loss is minus the mean advantage of the samples it is given: plain GRPO's groups
+    # sum to zero, and with the negative samples weighted 0 only the better completions are left
+    run(make_settings(stub_model, tmp_path / "plain", 2))
+    run(make_settings(stub_model, tmp_path / "positive", 2, negative_weight=0.0))
+    plain, positive = rows(tmp_path / "plain"), rows(tmp_path / "positive")
+    assert all(abs(row["loss"]) < 1e-4 for row in plain)
+    assert all(row["loss"] < -0.1 for row in positive)

@@ -21,7 +21,7 @@ from swarm_app import tasks
 from swarm_app.events import EvaluationFinished, EvaluationStarted, Event, PhaseProgress, RoundMetrics
 from swarm_app.rollouts import Rollout, RolloutExchange
 from swarm_app.training.evaluation import EvalResult, evaluate
-from swarm_app.training.grpo import group_advantages, has_signal
+from swarm_app.training.grpo import group_advantages, has_signal, weigh_negatives
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +46,8 @@ class RoundPlan:
     keep_zero_advantage_local: bool = True
     eval_every: int = 0
     eval_refs: list[tasks.TaskRef] = field(default_factory=list)
+    negative_weight: float = 1.0
+    """Scale of the negative advantages in the update (grpo.weigh_negatives)."""
 
 
 @dataclass
@@ -156,8 +158,10 @@ class Trainer:
 
     def _update(self, own: list[ScoredGroup], external: list[ScoredGroup], progress):
         groups = [g for g in own if self.plan.keep_zero_advantage_local or has_signal(g.rewards)] + external
+        weight = self.plan.negative_weight
         batch = [TrainSample(g.task.messages(), text, adv)
-                 for g in groups for text, adv in zip(g.rollout.completions, g.advantages) if adv != 0.0]
+                 for g in groups for text, adv in zip(g.rollout.completions, weigh_negatives(g.advantages, weight))
+                 if adv != 0.0]
         if not batch:
             return None  # no group with a reward spread: nothing to learn this round
         return self.backend.train_step(batch, progress)
