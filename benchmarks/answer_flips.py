@@ -17,7 +17,7 @@ from pathlib import Path
 from backends import registry
 from backends.base import Sampling
 from swarm_app import tasks
-from swarm_app.evaluate_command import _adapter_folder
+from swarm_app.evaluate_command import adapter_folder
 from swarm_app.paths import bundled_model_dir
 from swarm_app.run_setup import model_spec
 from swarm_app.settings import Settings
@@ -55,7 +55,7 @@ def main() -> None:
     backend = registry.load("torch", model_spec(settings, args.model, trainable=False))
     try:
         before = greedy_answers(backend, items, args.max_new_tokens)
-        backend.load_adapter(_adapter_folder(args.adapter))
+        backend.load_adapter(adapter_folder(args.adapter))
         after = greedy_answers(backend, items, args.max_new_tokens)
     finally:
         backend.close()

@@ -43,7 +43,7 @@ def run_eval(settings: Settings, adapter: Path | None, n: int, hardware: Hardwar
     model = resolve(settings.model.path)
     model_dir = model.folder
     apply_recommendations(settings, model_dir)  # the run's values, so its held-out scores compare with these
-    adapter_dir = _adapter_folder(adapter) if adapter else None
+    adapter_dir = adapter_folder(adapter) if adapter else None
     try:
         name, _ = registry.choose(settings.model.backend, hardware, training=False)
         backend = registry.load(name, model_spec(settings, model_dir, trainable=False, model_id=model.model_id,
@@ -64,7 +64,7 @@ def run_eval(settings: Settings, adapter: Path | None, n: int, hardware: Hardwar
         backend.close()
 
 
-def _adapter_folder(path: Path) -> Path:
+def adapter_folder(path: Path) -> Path:
     """A checkpoint folder as given, or the newest checkpoint of a run folder."""
     if not path.is_dir():
         raise ModelError(f"--adapter {path} is not a folder; pass a checkpoint folder or a run folder")

@@ -210,8 +210,9 @@ class Session:
     def _load_engine(self, model_dir: Path):
         self.events.publish_threadsafe(ModelLoading(self.model.model_id, self.backend_name, "loading the model"))
         self.advice = recommend(self.hardware, self.backend_name)
+        threads = engine_threads(self.settings, self.hardware, self.backend_name)
         return registry.load(self.backend_name, model_spec(self.settings, model_dir, model_id=self.model.model_id,
-                                                           threads=engine_threads(self.settings, self.hardware, self.backend_name)))
+                                                           threads=threads))
 
     def _plan(self, specs: list[tasks.TaskSpec]) -> RoundPlan:
         t, m = self.settings.train, self.settings.model
