@@ -93,7 +93,7 @@ async def run_demo_swarm(base: Settings, nodes: int, out_dir: Path, stream: Text
             summary.engine = session.backend_name
             await session.run()
             if session.trainer is not None and not session.stopping:  # a stopped demo ends without one
-                summary.heldout_acc = (await asyncio.to_thread(session.trainer.evaluate)).accuracy
+                summary.heldout_acc = (await session.on_engine(session.trainer.evaluate)).accuracy
         except Exception as exc:  # one node's failure is shown in the summary; the others go on
             summary.error = f"{type(exc).__name__}: {exc}"
             raise

@@ -1,7 +1,7 @@
 """A training session: one backend, the trainer, the run folder and (optionally) the swarm.
 
 `open()` validates everything and loads the model before anything is written, then resumes from the
-run's last checkpoint; `run()` drives rounds on a worker thread and publishes typed events (events.py)
+run's last checkpoint; `run()` drives rounds on the session's one engine thread and publishes typed events (events.py)
 on the loop to every subscriber: the TUI, the headless view and the status endpoint of `swarm watch`
 are all subscribers, none talks to the trainer. Views steer the run with the request methods (pause,
 resume, set_sharing, evaluate_now, stop), which act between rounds; a stop also cuts generation short
@@ -14,6 +14,7 @@ import asyncio
 import dataclasses
 import logging
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
@@ -97,6 +98,7 @@ class Session:
         self._wake: asyncio.Event | None = None
         self._eval_requested = False
         self._alone_warned = False
+        self._engine_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="swarm-engine")
 
     @property
     def stopping(self) -> bool:
@@ -312,7 +314,7 @@ class Session:
                 t = self.next_round
                 self.events.publish(RoundStarted(t))
                 try:
-                    metrics = await asyncio.to_thread(trainer.run_round, t)
+                    metrics = await self.on_engine(trainer.run_round, t)
                 except RoundAbandoned:
                     break
                 metrics = dataclasses.replace(metrics, rss_bytes=_process_memory(), **self._swarm_figures())
@@ -343,7 +345,7 @@ class Session:
             if self._eval_requested:
                 self._eval_requested = False
                 try:
-                    await asyncio.to_thread(self.trainer.evaluate, last_done)
+                    await self.on_engine(self.trainer.evaluate, last_done)
                 except Cancelled:
                     return
             if not self.paused:
@@ -422,13 +424,21 @@ class Session:
     async def _save(self, t: int) -> int:
         state = CheckpointState(t, self.metrics_rows, self.trainer.backend.model_id, self.backend_name)
         try:
-            folder = await asyncio.to_thread(self.checkpoints.save, state, self.trainer.backend.save_adapter)
+            folder = await self.on_engine(self.checkpoints.save, state, self.trainer.backend.save_adapter)
         except OSError as exc:
             raise write_failed(self.checkpoints.folder, exc) from None
         self.last_checkpoint = str(folder)
         self.events.publish(CheckpointSaved(t, str(folder)))
         return t
 
+    async def on_engine(self, call: Callable, *args):
+        """`call(*args)` on the session's one engine thread: every round, evaluation and checkpoint runs there.
+        Each thread that runs the model's ops gets its own OpenMP team, and an idle team spins on the cores
+        that the working one needs: with rounds on whichever pool thread was free, 2 threads made a round of
+        the bundled model 1.3-1.5x slower than 1 thread (benchmarks/results/thread_scaling.md)."""
+        return await asyncio.get_running_loop().run_in_executor(self._engine_thread, call, *args)
+
     def close(self) -> None:
         if self.trainer is not None:
             self.trainer.backend.close()
+        self._engine_thread.shutdown(wait=False)

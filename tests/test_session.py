@@ -2,6 +2,7 @@
 
 import asyncio
 import json
+import threading
 
 import pytest
 
@@ -172,3 +173,21 @@ def test_negative_weight_reaches_the_update(stub_model, tmp_path):
     plain, positive = rows(tmp_path / "plain"), rows(tmp_path / "positive")
     assert all(abs(row["loss"]) < 1e-4 for row in plain)
     assert all(row["loss"] < -0.1 for row in positive)
+
+
+def test_every_engine_call_runs_on_the_one_engine_thread(stub_model, tmp_path, monkeypatch):
+    # Each thread that runs torch or llama.cpp ops gets its own OpenMP team, and idle teams spin on the
+    # cores the working one needs: rounds, evaluations and checkpoints must all run on one thread.
+    from backends.fake import FakeBackend
+
+    seen: dict[str, set] = {}
+    for name in ("generate", "train_step", "save_adapter"):
+        def recording(self, *args, _original=getattr(FakeBackend, name), _name=name, **kwargs):
+            seen.setdefault(_name, set()).add((threading.get_ident(), threading.current_thread().name))
+            return _original(self, *args, **kwargs)
+        monkeypatch.setattr(FakeBackend, name, recording)
+    settings = make_settings(stub_model, tmp_path / "run", 6, eval_every=2)
+    run(settings)
+    assert set(seen) == {"generate", "train_step", "save_adapter"}  # evaluations generate too
+    threads = set().union(*seen.values())
+    assert len(threads) == 1 and next(iter(threads))[1].startswith("swarm-engine")
