@@ -1,11 +1,11 @@
 """A training session: one backend, the trainer, the run folder and (optionally) the swarm.
 
 `open()` validates everything and loads the model before anything is written, then resumes from the
-run's last checkpoint; `run()` drives rounds on the session's one engine thread and publishes typed events (events.py)
-on the loop to every subscriber: the TUI, the headless view and the status endpoint of `swarm watch`
-are all subscribers, none talks to the trainer. Views steer the run with the request methods (pause,
-resume, set_sharing, evaluate_now, stop), which act between rounds; a stop also cuts generation short
-between two decode steps and checkpoints the last completed round.
+run's last checkpoint; `run()` drives rounds on the session's one engine thread and publishes typed
+events (events.py) on the loop to every subscriber: the TUI, the headless view and the status endpoint
+of `swarm watch` are all subscribers, none talks to the trainer. Views steer the run with the request
+methods (pause, resume, set_sharing, evaluate_now, stop), which act between rounds; a stop also cuts
+generation short between two decode steps and checkpoints the last completed round.
 """
 
 from __future__ import annotations
