@@ -435,7 +435,7 @@ class Session:
         """`call(*args)` on the session's one engine thread: every round, evaluation and checkpoint runs there.
         Each thread that runs the model's ops gets its own OpenMP team, and an idle team spins on the cores
         that the working one needs: with rounds on whichever pool thread was free, 2 threads made a round of
-        the bundled model 1.3-1.5x slower than 1 thread (benchmarks/results/thread_scaling.md)."""
+        the bundled model 1.3-1.5x slower than 1 thread (benchmarks/results/session_threads.md)."""
         return await asyncio.get_running_loop().run_in_executor(self._engine_thread, call, *args)
 
     def close(self) -> None:

@@ -417,10 +417,9 @@ The folder holds the weights of step {facts['kept_step']}, the point with the hi
 
 `swarm.toml` holds the settings the app applies to this model only, below config.toml, `SWARM_*` and
 flags (the file says why for each): rollouts at T = 0.8, 32 questions per round in one optimizer step with
-LoRA weight decay 1.0, negative advantages at a quarter of their weight (held-out greedy +5.9 points on
-average in 30 minutes of `swarm run --no-ui` on 2 CPU cores, three seeds side by side, 730-738 rounds
-each; the gain follows the number of rounds; -1.5 at the app's defaults), and a held-out evaluation every
-25 rounds instead of 5.
+LoRA weight decay 1.0, negatives at a quarter weight (held-out greedy +5.9 points on average in 30 minutes
+of `swarm run --no-ui` on 2 CPU cores, 3 seeds side by side, 730-738 rounds each; -1.5 at the app's
+defaults), and a held-out evaluation every 25 rounds instead of 5.
 
 ## Limits
 
