@@ -1,0 +1,107 @@
+"""How fast can the bundled model's adapter learn the held-out tasks at all? Supervised steps on the truth.
+
+Issue 14's ceiling test. GRPO on this model gains about +6 points of held-out greedy accuracy in ~735
+rounds (30 minutes), and its gradients are per question (benchmarks/results/learning/README.md). If the
+same adapter, trained on the *ground-truth* answers of the same draws with the same optimizer, gains
+little more in the same time, the model is the limit and no change to the RL update will reach +10; if
+it gains much more, the RL update is the limit.
+
+Each step: the round's draw (`tasks.draw(preset, seed, t, I)`, the questions a GRPO round t would ask),
+one target per question (`<answer>TRUTH</answer>`, the target the model was pre-trained on), and one call
+of the app's own `train_step` with advantage 1 on every target. With one minibatch and one epoch that is
+exactly a supervised step (token mean of -log p over the answer tokens; the ratio is 1 on the first and
+only pass, so the clip never acts) through the same LoRA, AdamW, weight decay and gradient clip as a
+GRPO round. The settings are the bundled model's recommended ones (its swarm.toml: I = 32, 1 minibatch,
+lr 3e-4, weight decay 1.0), so only the targets differ from a GRPO round. Training time excludes the
+evaluations (500 held-out items, greedy, the app's held-out list) at the steps given by --eval-at.
+Partial results are written after every evaluation.
+
+    python benchmarks/sft_ceiling.py --minutes 10 --eval-at 0 230 --out benchmarks/results/learning/sft_ceiling.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))  # make_default_model and its sibling
+from backends import registry  # noqa: E402
+from backends.base import TrainSample  # noqa: E402
+from swarm_app import tasks  # noqa: E402
+from swarm_app.model_recommendations import apply_recommendations  # noqa: E402
+from swarm_app.paths import bundled_model_dir  # noqa: E402
+from swarm_app.run_setup import model_spec  # noqa: E402
+from swarm_app.settings import Settings  # noqa: E402
+from swarm_app.training.evaluation import evaluate  # noqa: E402
+
+from make_default_model import target_answer  # noqa: E402  (tools/: the pre-training targets)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, default=bundled_model_dir())
+    parser.add_argument("--minutes", type=float, default=10.0, help="training wall time, evaluations excluded")
+    parser.add_argument("--eval-at", type=int, nargs="*", default=[0], help="also evaluate after these steps "
+                        "(0: the starting model); the last step is always evaluated")
+    parser.add_argument("--eval-n", type=int, default=500)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--lr", type=float, help="learning rate (default: the model's recommended one)")
+    parser.add_argument("--rank", type=int, help="LoRA rank, alpha = 2 x rank (default: the model's recommended LoRA)")
+    parser.add_argument("--tasks", default="easy")
+    parser.add_argument("--out", type=Path, default=Path("out/sft_ceiling.json"))
+    args = parser.parse_args()
+
+    settings = Settings()
+    settings.model.threads = 1
+    apply_recommendations(settings, args.model)
+    if args.lr:
+        settings.train.learning_rate = args.lr
+    if args.rank:
+        settings.lora.rank, settings.lora.alpha = args.rank, 2 * args.rank
+    spec = model_spec(settings, args.model)
+    backend = registry.load("torch", spec)
+    specs = tasks.preset(args.tasks)
+    eval_refs = tasks.heldout(specs, args.eval_n)
+    local = settings.train.local
+    result = {"model": str(args.model), "optim": dataclasses.asdict(spec.optim),
+              "lora": dataclasses.asdict(spec.lora), "local": local, "minutes": args.minutes, "seed": args.seed, "evaluations": []}
+
+    def record(step: int, train_s: float) -> None:
+        started = time.perf_counter()
+        res = evaluate(backend, eval_refs, settings.model.max_new_tokens)
+        row = {"step": step, "questions": step * local, "train_s": round(train_s, 1), **res.to_dict(),
+               "eval_s": round(time.perf_counter() - started, 1)}
+        result["evaluations"].append(row)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=2))
+        print(f"step {step} ({train_s / 60:.1f} min of training): held-out {res.accuracy:.3f} "
+              f"{json.dumps({k: round(v, 2) for k, v in res.per_task.items()})}", flush=True)
+
+    if 0 in args.eval_at:
+        record(0, 0.0)
+    train_s, step = 0.0, 0
+    while train_s < args.minutes * 60:
+        step += 1
+        started = time.perf_counter()
+        batch = []
+        for ref in tasks.draw(specs, args.seed, step, local):
+            task = tasks.regenerate(ref)
+            answer = target_answer(task)
+            if answer is not None:
+                batch.append(TrainSample(task.messages(), f"<answer>{answer}</answer>", 1.0))
+        backend.train_step(batch)
+        train_s += time.perf_counter() - started
+        if step in args.eval_at:
+            record(step, train_s)
+    if step not in args.eval_at:
+        record(step, train_s)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
