@@ -30,13 +30,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))  # make_default_model and its sibling
-from backends import registry  # noqa: E402
 from backends.base import TrainSample  # noqa: E402
+from benchmarks.timed_training import load_torch, recommended_settings, train_for  # noqa: E402
 from swarm_app import tasks  # noqa: E402
-from swarm_app.model_recommendations import apply_recommendations  # noqa: E402
 from swarm_app.paths import bundled_model_dir  # noqa: E402
-from swarm_app.run_setup import model_spec  # noqa: E402
-from swarm_app.settings import Settings  # noqa: E402
 from swarm_app.training.evaluation import evaluate  # noqa: E402
 
 from make_default_model import target_answer  # noqa: E402  (tools/: the pre-training targets)
@@ -56,20 +53,17 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("out/sft_ceiling.json"))
     args = parser.parse_args()
 
-    settings = Settings()
-    settings.model.threads = 1
-    apply_recommendations(settings, args.model)
+    settings, _ = recommended_settings(args.model)
     if args.lr:
         settings.train.learning_rate = args.lr
     if args.rank:
         settings.lora.rank, settings.lora.alpha = args.rank, 2 * args.rank
-    spec = model_spec(settings, args.model)
-    backend = registry.load("torch", spec)
+    backend, spec = load_torch(settings, args.model)
     specs = tasks.preset(args.tasks)
     eval_refs = tasks.heldout(specs, args.eval_n)
     local = settings.train.local
-    result = {"model": str(args.model), "optim": dataclasses.asdict(spec.optim),
-              "lora": dataclasses.asdict(spec.lora), "local": local, "minutes": args.minutes, "seed": args.seed, "evaluations": []}
+    result = {"model": str(args.model), "optim": dataclasses.asdict(spec.optim), "lora": dataclasses.asdict(spec.lora),
+              "local": local, "minutes": args.minutes, "seed": args.seed, "evaluations": []}
 
     def record(step: int, train_s: float) -> None:
         started = time.perf_counter()
@@ -82,24 +76,18 @@ def main() -> int:
         print(f"step {step} ({train_s / 60:.1f} min of training): held-out {res.accuracy:.3f} "
               f"{json.dumps({k: round(v, 2) for k, v in res.per_task.items()})}", flush=True)
 
-    if 0 in args.eval_at:
-        record(0, 0.0)
-    train_s, step = 0.0, 0
-    while train_s < args.minutes * 60:
-        step += 1
-        started = time.perf_counter()
+    def step(k: int) -> None:
         batch = []
-        for ref in tasks.draw(specs, args.seed, step, local):
+        for ref in tasks.draw(specs, args.seed, k, local):
             task = tasks.regenerate(ref)
             answer = target_answer(task)
             if answer is not None:
                 batch.append(TrainSample(task.messages(), f"<answer>{answer}</answer>", 1.0))
         backend.train_step(batch)
-        train_s += time.perf_counter() - started
-        if step in args.eval_at:
-            record(step, train_s)
-    if step not in args.eval_at:
-        record(step, train_s)
+
+    if 0 in args.eval_at:
+        record(0, 0.0)
+    train_for(args.minutes, step, args.eval_at, record)
     return 0
 
 

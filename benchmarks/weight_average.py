@@ -23,17 +23,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from backends import registry  # noqa: E402
 from backends.base import Sampling  # noqa: E402
+from benchmarks.timed_training import load_torch, recommended_settings, train_for  # noqa: E402
 from swarm_app import tasks  # noqa: E402
-from swarm_app.model_recommendations import apply_recommendations  # noqa: E402
 from swarm_app.paths import bundled_model_dir  # noqa: E402
-from swarm_app.run_setup import model_spec  # noqa: E402
-from swarm_app.settings import Settings  # noqa: E402
 from swarm_app.training.evaluation import evaluate  # noqa: E402
 from swarm_app.training.loop import RoundPlan, Trainer  # noqa: E402
 
@@ -52,10 +48,8 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("out/weight_average.json"))
     args = parser.parse_args()
 
-    settings = Settings()
-    settings.model.threads = 1
-    applied = apply_recommendations(settings, args.model)
-    backend = registry.load("torch", model_spec(settings, args.model))
+    settings, applied = recommended_settings(args.model)
+    backend, _ = load_torch(settings, args.model)
     specs = tasks.preset(args.tasks)
     t, m = settings.train, settings.model
     plan = RoundPlan(specs, t.local, 0, t.completions, args.seed, Sampling(m.max_new_tokens, m.temperature, m.top_p),
@@ -68,8 +62,7 @@ def main() -> int:
               "betas": args.betas, "rounds": [], "evaluations": []}
 
     def held_out() -> dict:
-        res = evaluate(backend, eval_refs, m.max_new_tokens)
-        return {"accuracy": res.accuracy, "per_task": res.per_task}
+        return evaluate(backend, eval_refs, m.max_new_tokens).to_dict()
 
     def record(round_index: int, train_s: float) -> None:
         row = {"round": round_index, "train_s": round(train_s, 1), "live": held_out()}
@@ -87,22 +80,16 @@ def main() -> int:
         print(f"round {round_index} ({train_s / 60:.1f} min): " + ", ".join(
             f"{k} {v['accuracy']:.3f}" for k, v in row.items() if isinstance(v, dict)), flush=True)
 
-    train_s, round_index = 0.0, 0
-    while train_s < args.minutes * 60:
-        round_index += 1
-        started = time.perf_counter()
+    def step(round_index: int) -> None:
         metrics = trainer.run_round(round_index)
         with torch.no_grad():
             for beta, average in averages.items():
                 for name, p in params.items():
                     average[name].mul_(beta).add_(p.detach(), alpha=1 - beta)
-        train_s += time.perf_counter() - started
         result["rounds"].append({"round": round_index, "reward_local": metrics.reward_local,
                                  "round_s": metrics.round_s})
-        if round_index in args.eval_at:
-            record(round_index, train_s)
-    if round_index not in args.eval_at:
-        record(round_index, train_s)
+
+    train_for(args.minutes, step, args.eval_at, record)
     return 0
 
 
