@@ -73,6 +73,21 @@ def read_json(path: Path) -> dict:
         raise BackendError(f"cannot read {path}: {exc}") from exc
 
 
+def adapter_shape(folder: Path) -> tuple[int, int]:
+    """(rank, alpha) of the adapter in `folder`, from its adapter_config.json in either format."""
+    config = read_json(Path(folder) / PEFT_CONFIG)
+    if "r" in config:  # PEFT
+        rank, alpha = config.get("r"), config.get("lora_alpha")
+    else:  # mlx-lm, with our alpha beside its scale
+        params = config.get("lora_parameters") or {}
+        rank = params.get("rank")
+        alpha = config.get("lora_alpha", params.get("scale", 0) * rank if isinstance(rank, int) else None)
+    if not isinstance(rank, int) or isinstance(rank, bool) or not isinstance(alpha, (int, float)) or rank < 1:
+        raise BackendError(f"{Path(folder) / PEFT_CONFIG} names no LoRA rank and alpha: point to an adapter "
+                           "folder written by save_adapter")
+    return rank, alpha
+
+
 def _read_tensors(path: Path) -> dict[str, np.ndarray]:
     from safetensors import SafetensorError
     from safetensors.numpy import load_file

@@ -102,6 +102,32 @@ def test_eval_samples_scores_held_out_rollouts_repeatably(capsys):
     assert "--samples 99" in capsys.readouterr().err
 
 
+def test_eval_takes_the_lora_shape_from_the_adapter(tmp_path, capsys):
+    """An adapter trained at a non-default rank scores without repeating its LoRA settings on the command line."""
+    from backends import registry
+    from backends.base import TrainSample
+    from swarm_app import tasks
+    from swarm_app.run_setup import model_spec
+    from swarm_app.settings import Settings
+    from swarm_app.training.evaluation import evaluate
+
+    settings = Settings()
+    settings.model.threads = 1
+    settings.lora.rank, settings.lora.alpha = 4, 12
+    backend = registry.load("torch", model_spec(settings, bundled_model_dir()))
+    try:
+        task = tasks.regenerate(tasks.draw(tasks.preset("easy"), 0, 1, 1)[0])
+        backend.train_step([TrainSample(task.messages(), "<answer>7</answer>", 1.0)])
+        backend.save_adapter(tmp_path / "adapter")
+        expected = evaluate(backend, tasks.heldout(tasks.preset("easy"), 6), settings.model.max_new_tokens)
+    finally:
+        backend.close()
+    assert main(["eval", "--backend", "torch", "--threads", "1", "--n", "6", "--json",
+                 "--adapter", str(tmp_path / "adapter")]) == 0
+    scored = json.loads(capsys.readouterr().out)
+    assert (scored["accuracy"], scored["per_task"]) == (expected.accuracy, expected.per_task)
+
+
 def test_eval_json_with_the_fake_backend(stub_model, capsys):
     assert main(["eval", "--backend", "fake", "--model", str(stub_model), "--tasks", "easy", "--n", "10", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
