@@ -39,6 +39,17 @@ from swarm_app.training.evaluation import evaluate  # noqa: E402
 from make_default_model import target_answer  # noqa: E402  (tools/: the pre-training targets)
 
 
+def train_every_weight(backend, lr: float) -> None:
+    """Unfreeze the base model under the engine's adapter and give the engine an AdamW over every weight.
+    A benchmark-only reach into the engine: the app itself only ever trains the adapter."""
+    import torch
+
+    model = backend._model
+    for p in model.parameters():
+        p.requires_grad_(True)
+    backend._optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, default=bundled_model_dir())
@@ -49,6 +60,8 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--lr", type=float, help="learning rate (default: the model's recommended one)")
     parser.add_argument("--rank", type=int, help="LoRA rank, alpha = 2 x rank (default: the model's recommended LoRA)")
+    parser.add_argument("--full", action="store_true", help="train every weight of the model (AdamW at --lr, "
+                        "weight decay 0.1 as in pre-training) instead of the LoRA adapter: is the adapter the limit?")
     parser.add_argument("--tasks", default="easy")
     parser.add_argument("--out", type=Path, default=Path("out/sft_ceiling.json"))
     args = parser.parse_args()
@@ -59,10 +72,12 @@ def main() -> int:
     if args.rank:
         settings.lora.rank, settings.lora.alpha = args.rank, 2 * args.rank
     backend, spec = load_torch(settings, args.model)
+    if args.full:
+        train_every_weight(backend, settings.train.learning_rate)
     specs = tasks.preset(args.tasks)
     eval_refs = tasks.heldout(specs, args.eval_n)
     local = settings.train.local
-    result = {"model": str(args.model), "optim": dataclasses.asdict(spec.optim), "lora": dataclasses.asdict(spec.lora),
+    result = {"model": str(args.model), "full": args.full, "optim": dataclasses.asdict(spec.optim), "lora": dataclasses.asdict(spec.lora),
               "local": local, "minutes": args.minutes, "seed": args.seed, "evaluations": []}
 
     def record(step: int, train_s: float) -> None:
