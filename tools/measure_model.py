@@ -123,19 +123,23 @@ def answer_diversity(answers: list[str | None], truths: list[str]) -> dict:
 
 def spread_report(model, tokenizer, refs: list[tasks.TaskRef], samples: int = 8, temperature: float = 1.0,
                   seed: int = 0) -> dict:
-    """Fraction of question groups (`samples` completions each) whose rewards are not all equal."""
+    """Fraction of question groups (`samples` completions each) whose rewards are not all equal, and of those
+    with at least one completion fully right (pass@samples)."""
     items = [tasks.regenerate(ref, heldout=True) for ref in refs]
     groups = generate(model, tokenizer, [render(tokenizer, t) for t in items], temperature=temperature,
                       samples=samples, seed=seed)
     rewards = [[tasks.score(t, c) for c in group] for t, group in zip(items, groups)]
     spread = [float(max(r) > min(r)) for r in rewards]
+    solved = [float(max(r) >= 1.0) for r in rewards]
     return {
         "questions": len(refs),
         "samples": samples,
         "temperature": temperature,
         "spread_fraction": round(statistics.fmean(spread), 4),
         "mean_reward": round(statistics.fmean(x for r in rewards for x in r), 4),
+        "pass_at_samples": round(statistics.fmean(solved), 4),
         "per_task_spread": _by_task(refs, spread),
+        "per_task_pass_at_samples": _by_task(refs, solved),
         "per_task_mean_reward": _by_task(refs, [statistics.fmean(r) for r in rewards]),
     }
 
