@@ -73,9 +73,13 @@ def read_json(path: Path) -> dict:
         raise BackendError(f"cannot read {path}: {exc}") from exc
 
 
-def adapter_shape(folder: Path) -> tuple[int, int]:
-    """(rank, alpha) of the adapter in `folder`, from its adapter_config.json in either format."""
-    config = read_json(Path(folder) / PEFT_CONFIG)
+def adapter_shape(folder: Path) -> tuple[int, int] | None:
+    """(rank, alpha) of the LoRA adapter in `folder`, from its adapter_config.json in either format; None when
+    the folder has no such file (another engine's format, or not an adapter: loading it says which)."""
+    path = Path(folder) / PEFT_CONFIG
+    if not path.is_file():
+        return None
+    config = read_json(path)
     if "r" in config:  # PEFT
         rank, alpha = config.get("r"), config.get("lora_alpha")
     else:  # mlx-lm, with our alpha beside its scale

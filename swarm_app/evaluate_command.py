@@ -46,8 +46,9 @@ def run_eval(settings: Settings, adapter: Path | None, n: int, hardware: Hardwar
     apply_recommendations(settings, model_dir)  # the run's values, so its held-out scores compare with these
     adapter_dir = adapter_folder(adapter) if adapter else None
     try:
-        if adapter_dir is not None:  # eval never trains: the adapter's own shape, whatever the LoRA settings say
-            settings.lora.rank, settings.lora.alpha = adapter_shape(adapter_dir)
+        shape = adapter_shape(adapter_dir) if adapter_dir is not None else None
+        if shape is not None:  # eval never trains: the adapter's own shape, whatever the LoRA settings say
+            settings.lora.rank, settings.lora.alpha = shape
         name, _ = registry.choose(settings.model.backend, hardware, training=False)
         backend = registry.load(name, model_spec(settings, model_dir, trainable=False, model_id=model.model_id,
                                                  threads=engine_threads(settings, hardware, name)))

@@ -26,6 +26,5 @@ def test_a_config_without_a_shape_is_a_clear_error(tmp_path, config):
         adapter_shape(write_config(tmp_path / "a", config))
 
 
-def test_a_missing_config_is_a_clear_error(tmp_path):
-    with pytest.raises(BackendError, match="is missing"):
-        adapter_shape(tmp_path)
+def test_a_folder_without_a_lora_config_has_no_shape(tmp_path):
+    assert adapter_shape(tmp_path) is None  # another engine's format: its own load_adapter judges the folder
