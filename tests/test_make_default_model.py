@@ -16,15 +16,17 @@ TOY = ["--steps", "4", "--batch-size", "4", "--micro-batches", "1", "--warmup", 
        "--hidden", "32", "--intermediate", "64", "--layers", "1", "--heads", "2"]
 
 
-@pytest.mark.parametrize("preset", ["easy", "paper"])
-def test_toy_build_writes_a_model_folder_the_app_loads(tmp_path, preset):
+@pytest.mark.parametrize(("preset", "decay"), [("easy", []), ("paper", ["--decay-frac", "0.5"])])
+def test_toy_build_writes_a_model_folder_the_app_loads(tmp_path, preset, decay):
     out = tmp_path / "model"
     # A subprocess: the script sets torch's thread count for the whole process.
-    done = subprocess.run([sys.executable, "tools/make_default_model.py", "--preset", preset, "--out", str(out), *TOY],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, "tools/make_default_model.py", "--preset", preset, "--out", str(out), *TOY,
+                           *decay], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     card = (out / "README.md").read_text(encoding="utf-8")
     assert f"Task preset `{preset}`" in card
+    schedule = "linear decay to 10% over the last 50% of steps" if decay else "then constant to the end: no decay"
+    assert schedule in card
     assert ("arc_1d and bf" in card) == (preset == "easy")  # the easy-only paragraph on left-out tasks
     # the build writes the recommended settings the bundled folder ships (a rebuild keeps them)
     shipped = ROOT / "assets" / "models" / "swarm-tiny" / "swarm.toml"

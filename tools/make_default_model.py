@@ -12,6 +12,8 @@ Training items come from `tasks.draw` with TaskRef seed `--seed` (never HELDOUT_
 builds item i of seed s from Random(s + i), so refs at different seeds can still be the same item:
 draws whose s + i equals a held-out or validation item's are skipped. The run is short on purpose:
 the model must start weak but not hopeless on the held-out set, so that GRPO has reward spread to use.
+It also ends at the constant learning rate, with no decay: a decayed build scores higher at the start
+and then gains far less under GRPO (benchmarks/results/learning/README.md).
 It stops after `--steps` (not after a time budget, so that reruns are reproducible) and writes the
 folder with a model card holding the scores from tools/measure_model.py. The defaults are the
 bundled model's settings:
@@ -334,12 +336,13 @@ def parse_args(argv):
     p.add_argument("--seed", type=int, default=0, help="seeds everything: tokenizer data, init, draws")
     p.add_argument("--out", type=Path, default=ROOT / "assets" / "models" / "swarm-tiny")
     p.add_argument("--preset", default="easy")
-    p.add_argument("--steps", type=int, default=4000, help="training budget in optimizer steps")
+    p.add_argument("--steps", type=int, default=3000, help="training budget in optimizer steps")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--micro-batches", type=int, default=2, help="length-sorted chunks per step (padding)")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--warmup", type=int, default=50)
-    p.add_argument("--decay-frac", type=float, default=0.2)
+    p.add_argument("--decay-frac", type=float, default=0.0,
+                   help="share of the steps at the end over which lr decays linearly to 10%% (0: none)")
     p.add_argument("--eval-every", type=int, default=100)
     p.add_argument("--val-n", type=int, default=140, help="validation questions (not held-out) per eval")
     p.add_argument("--heldout-n", type=int, default=500, help="held-out questions for the model card")
