@@ -30,7 +30,8 @@ from swarm_app.paths import bundled_model_dir  # noqa: E402
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", type=Path, default=bundled_model_dir(), help="a folder tools/make_default_model.py wrote")
+    parser.add_argument("--model", type=Path, default=bundled_model_dir(),
+                        help="a folder tools/make_default_model.py wrote")
     parser.add_argument("--steps", type=int, required=True)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--first-step", type=int, default=4000, help="the training stream's step to start drawing at")

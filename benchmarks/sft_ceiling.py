@@ -77,8 +77,8 @@ def main() -> int:
     specs = tasks.preset(args.tasks)
     eval_refs = tasks.heldout(specs, args.eval_n)
     local = settings.train.local
-    result = {"model": str(args.model), "full": args.full, "optim": dataclasses.asdict(spec.optim), "lora": dataclasses.asdict(spec.lora),
-              "local": local, "minutes": args.minutes, "seed": args.seed, "evaluations": []}
+    result = {"model": str(args.model), "full": args.full, "optim": dataclasses.asdict(spec.optim),
+              "lora": dataclasses.asdict(spec.lora), "local": local, "minutes": args.minutes, "seed": args.seed, "evaluations": []}
 
     def record(step: int, train_s: float) -> None:
         started = time.perf_counter()

@@ -138,14 +138,7 @@ def train_tokenizer(texts: list[str], vocab_size: int):
 
     In this order llama.cpp's "gpt-2" pre-tokenizer (which does not isolate digits) gives the same ids.
     """
-    from tokenizers import (
-        Tokenizer,
-        decoders,
-        models,
-        pre_tokenizers,
-        processors,
-        trainers,
-    )
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
@@ -393,7 +386,8 @@ def main(argv: list[str] | None = None) -> int:
     write_gguf(args.out)
     report = measure_model.measure(args.out, args.preset, args.heldout_n, samples=args.samples, seed=args.seed)
     facts = {"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-             "argv": argv if argv is not None else sys.argv[1:], "specials": (PAD, IM_START, IM_END), "n_params": n_params, "vocab": len(tokenizer),
+             "argv": argv if argv is not None else sys.argv[1:], "specials": (PAD, IM_START, IM_END),
+             "n_params": n_params, "vocab": len(tokenizer),
              "train_seconds": round(train_seconds), "train_cpu_seconds": round(train_cpu),
              "total_seconds": round(time.perf_counter() - started),
              "skipped_draws": stream.skipped, "history": history, "kept_step": kept_step, "report": report,
