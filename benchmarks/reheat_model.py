@@ -9,7 +9,12 @@ never drew). The result holds what the weights look like before the decay. Then
 `SWARM_MODEL_PATH=OUT python benchmarks/solo_learning.py ...` measures how much GRPO's LoRA steps gain on it.
 Deterministic at one thread (about 0.43 s a step on a 2-core CPU).
 
-    python benchmarks/reheat_model.py --steps 300 --out /tmp/reheated-300
+The measured runs took the bundled model as it was before it became a no-decay build (4000 steps, decay over
+the last 20%), which git still holds:
+
+    mkdir -p /tmp/decayed && for f in config.json generation_config.json model.safetensors swarm.toml \
+        tokenizer.json tokenizer_config.json; do git show a71f656:assets/models/swarm-tiny/$f > /tmp/decayed/$f; done
+    python benchmarks/reheat_model.py --model /tmp/decayed --steps 300 --out /tmp/reheated-300
 """
 
 from __future__ import annotations
@@ -25,13 +30,12 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 import make_default_model as build  # noqa: E402
 from swarm_app import tasks  # noqa: E402
-from swarm_app.paths import bundled_model_dir  # noqa: E402
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", type=Path, default=bundled_model_dir(),
-                        help="a folder tools/make_default_model.py wrote")
+    parser.add_argument("--model", type=Path, required=True,
+                        help="a folder tools/make_default_model.py wrote with a decayed learning rate")
     parser.add_argument("--steps", type=int, required=True)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--first-step", type=int, default=4000, help="the training stream's step to start drawing at")
