@@ -3,9 +3,8 @@
 Issue 14's test of why the bundled model gains little under GRPO. Its pre-training (tools/make_default_model.py)
 gained its last ~10 validation points while the learning rate decayed from 1e-3 to 1e-4 (its model card's
 curve). This script takes the finished model and runs N more full-weight pre-training steps at the
-constant rate again (AdamW as in the build: betas 0.9/0.95, weight decay 0.1, the same 50 warm-up steps,
-gradient clip 1; batches of 16 from the build's own training stream, at steps 4000 and on, which the build
-never drew). The result holds what the weights look like before the decay. Then
+constant rate again, through the build's own training loop (its AdamW, 50 warm-up steps, loss and clip;
+batches of 16 from the build's training stream at steps 4000 and on, which the build never drew). The result holds what the weights look like before the decay. Then
 `SWARM_MODEL_PATH=OUT python benchmarks/solo_learning.py ...` measures how much GRPO's LoRA steps gain on it.
 Deterministic at one thread (about 0.43 s a step on a 2-core CPU).
 
@@ -20,6 +19,7 @@ the last 20%), which git still holds:
 from __future__ import annotations
 
 import argparse
+import logging
 import shutil
 import sys
 import time
@@ -32,6 +32,16 @@ import make_default_model as build  # noqa: E402
 from swarm_app import tasks  # noqa: E402
 
 
+class LaterDraws:
+    """The build's training stream from step `first` on: what the build itself never drew."""
+
+    def __init__(self, stream, first: int) -> None:
+        self.stream, self.first = stream, first
+
+    def batch(self, step: int):
+        return self.stream.batch(self.first + step)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, required=True,
@@ -42,6 +52,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
 
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     import torch
     from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
@@ -51,20 +62,11 @@ def main() -> int:
     specs = tasks.preset("easy")
     validation = build.round_robin_refs(specs, build.VALIDATION_SEED_OFFSET, 140, "validation")  # build seed 0
     stream = build.TrainingStream(specs, 0, 16, build.effective_items(tasks.heldout(specs, 500) + validation))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
-    shared = build.shared_prefix(tokenizer)
+    later = LaterDraws(stream, args.first_step)
     started = time.perf_counter()
-    model.train()
-    for k in range(args.steps):
-        for group in optimizer.param_groups:
-            group["lr"] = args.lr * min(1.0, (k + 1) / 50)
-        examples = [build.encode_example(tokenizer, t, a) for t, a in stream.batch(args.first_step + k)]
-        build.step_loss(model, examples, tokenizer.pad_token_id, 2, shared)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        if (k + 1) % 50 == 0:
-            print(f"step {k + 1}: {time.perf_counter() - started:.0f} s", flush=True)
+    # The build's own loop, the decay switched off and no validation: its optimizer, warm-up, loss and clip.
+    loop = argparse.Namespace(steps=args.steps, lr=args.lr, warmup=50, decay_frac=0.0, micro_batches=2, eval_every=50)
+    build.train(model, tokenizer, later, [], loop)  # logs the loss every 50 steps
     model.eval()
     shutil.copytree(args.model, args.out, dirs_exist_ok=True)
     for stale in [*args.out.glob("*.gguf"), args.out / "README.md"]:  # they describe the weights before this
