@@ -6,7 +6,7 @@ Owns the two layouts and the mapping between them, so a run can move between eng
   optimizer.pt: torch AdamW's state_dict, moments indexed by the position of the parameter in the model.
 - mlx-lm: adapter_config.json (fine_tune_type, num_layers, lora_parameters {rank, scale, dropout, keys})
   + adapters.safetensors with `<path>.lora_a` [in, r] and `<path>.lora_b` [r, out];
-  optimizer.safetensors: `<path>.lora_a.m`/`.v` and `step` (what backends/mlx.py writes).
+  optimizer.safetensors: `<path>.lora_a.m`/`.v` and `step` (what backends/mlx/engine.py writes).
 Both compute x @ A^T @ B^T * alpha/r, so the conversion transposes and keeps scale = alpha/r; Adam's
 moments are elementwise and transpose the same way, so a converted run resumes with its optimizer state.
 Must not import swarm_app; imports torch only to read or write optimizer.pt, and mlx not at all.

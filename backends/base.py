@@ -154,7 +154,7 @@ class ModelSpec:
     """Where an engine may keep converted models (the app passes its user cache dir; empty: a temp dir)."""
     precision: str = "auto"
     """Number format of the model's weights in torch: "fp32", "bf16" or "auto" (see
-    backends/torch_device.py: pick_device). The LoRA weights and their optimizer stay fp32."""
+    backends/torch/device.py: pick_device). The LoRA weights and their optimizer stay fp32."""
 
     def reported_id(self) -> str:
         """The model id to publish: `model_id`, else the folder's name."""

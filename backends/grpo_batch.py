@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 from backends.base import Messages, OptimConfig, TrainSample, TrainStats
 from backends.chat import encode_prompt
-from backends.torch_batching import split_by_budget
+from backends.torch.batching import split_by_budget
 
 
 @dataclass(frozen=True)

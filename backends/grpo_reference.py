@@ -1,6 +1,6 @@
 """The GRPO loss and its gradient in NumPy: the reference every engine's loss is tested against.
 
-The same variant as backends/grpo_loss.py (and swarm_app/training/grpo.py): per completion token,
+The same variant as backends/torch/grpo_loss.py (and swarm_app/training/grpo.py): per completion token,
 ratio = exp(logp - old_logp), loss_t = -min(ratio * A, clip(ratio, 1 - clip_low, 1 + clip_high) * A),
 no KL, token mean over the masked tokens (or over `num_tokens`). The gradient is written out by hand,
 not taken by autograd, so an engine whose autograd disagrees is caught:

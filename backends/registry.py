@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from backends.base import Backend, BackendError, EngineBroken, Hardware, ModelSpec
 
 ENGINES: dict[str, str] = {
-    "torch": "backends.torch_lora:TorchBackend",
-    "llama_cpp": "backends.llama_cpp:LlamaCppBackend",
-    "mlx": "backends.mlx:MlxBackend",
+    "torch": "backends.torch.engine:TorchBackend",
+    "llama_cpp": "backends.llama_cpp.engine:LlamaCppBackend",
+    "mlx": "backends.mlx.engine:MlxBackend",
     "fake": "backends.fake:FakeBackend",
 }
 """Registered engines: name -> "module:Class"."""

@@ -22,12 +22,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from swarm_app import tasks  # noqa: E402
-from swarm_app.peer.admission import Accepted, Admission, AdmissionLimits  # noqa: E402
-from swarm_app.peer.identity import Identity  # noqa: E402
-from swarm_app.peer.pool import PoolEntry, RolloutPool, SeenCache  # noqa: E402
-from swarm_app.peer.wire import item_from_json, parse_body, sign_rollout, signature_valid  # noqa: E402
-from swarm_app.rollouts import Rollout  # noqa: E402
+from swarm_app.kernel import tasks  # noqa: E402
+from swarm_app.peer.core.admission import Accepted, Admission, AdmissionLimits  # noqa: E402
+from swarm_app.peer.core.identity import Identity  # noqa: E402
+from swarm_app.peer.core.pool import PoolEntry, RolloutPool, SeenCache  # noqa: E402
+from swarm_app.peer.core.wire import item_from_json, parse_body, sign_rollout, signature_valid  # noqa: E402
+from swarm_app.kernel.rollouts import Rollout  # noqa: E402
 
 
 def make_items(n: int, authors: int, completions: int, preset: str, now_ms: int) -> list[dict]:

@@ -23,8 +23,8 @@ from pathlib import Path
 
 from backends import registry
 from backends.base import ModelSpec, Sampling
-from swarm_app import tasks
-from swarm_app.paths import bundled_model_dir
+from swarm_app.kernel import tasks
+from swarm_app.kernel.paths import bundled_model_dir
 from swarm_app.training.loop import RoundPlan, Trainer
 
 I, L, NEW_TOKENS = 8, 8, 48
@@ -43,7 +43,7 @@ def app_rate(engine, messages) -> float:
 def raw_torch_rate(engine, messages, completions: int = L, new_tokens: int = NEW_TOKENS) -> float:
     import torch
 
-    from backends.torch_batching import pad
+    from backends.torch.batching import pad
 
     rows = [engine._encode_prompt(m) for m in messages for _ in range(completions)]
     ids, mask = pad(rows, engine._tok.pad_token_id, left=True, device=engine._device)

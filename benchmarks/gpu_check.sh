@@ -14,7 +14,7 @@ export SWARM_HOME="$(mktemp -d)" SWARM_PEER_ENABLED=false SWARM_TRAIN_EVAL_EVERY
   python -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'available', torch.cuda.is_available(), 'bf16', torch.cuda.is_available() and torch.cuda.is_bf16_supported())"
   swarm doctor --json
 } > "$out/machine.txt" 2>&1
-python -m pytest -q -p no:cacheprovider tests/backends/test_cuda.py tests/backends/test_conformance.py > "$out/tests.txt" 2>&1
+python -m pytest -q -p no:cacheprovider tests/backends/torch/test_cuda.py tests/backends/test_conformance.py > "$out/tests.txt" 2>&1
 echo "tests: exit $?" >> "$out/tests.txt"
 for where in cuda cpu; do
   if [ "$where" = cpu ]; then visible=""; else visible="${CUDA_VISIBLE_DEVICES:-0}"; fi

@@ -62,7 +62,7 @@ def build_model(folder: Path, seed: int) -> Path:
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from swarm_app.paths import bundled_model_dir
+    from swarm_app.kernel.paths import bundled_model_dir
 
     started = time.perf_counter()
     bundled = bundled_model_dir()
@@ -179,10 +179,10 @@ def main() -> None:
     from backends import registry
     from backends.base import ModelSpec, Sampling
     from engine_speed import raw_torch_rate
-    from swarm_app import tasks
+    from swarm_app.kernel import tasks
 
     if args.threads == 0:
-        from swarm_app import hardware
+        from swarm_app.kernel import hardware
 
         args.threads = hardware.detect().physical_cores or 1
     torch.set_num_threads(args.threads)

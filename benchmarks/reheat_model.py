@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 import make_default_model as build  # noqa: E402
-from swarm_app import tasks  # noqa: E402
+from swarm_app.kernel import tasks  # noqa: E402
 
 
 class LaterDraws:

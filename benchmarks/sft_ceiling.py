@@ -32,8 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))  # make_default_model and its sibling
 from backends.base import TrainSample  # noqa: E402
 from benchmarks.timed_training import load_torch, recommended_settings, train_for  # noqa: E402
-from swarm_app import tasks  # noqa: E402
-from swarm_app.paths import bundled_model_dir  # noqa: E402
+from swarm_app.kernel import tasks  # noqa: E402
+from swarm_app.kernel.paths import bundled_model_dir  # noqa: E402
 from swarm_app.training.evaluation import evaluate  # noqa: E402
 
 from make_default_model import target_answer  # noqa: E402  (tools/: the pre-training targets)

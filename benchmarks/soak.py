@@ -63,7 +63,7 @@ def pace_fake_engine(round_s: float) -> None:
 
 
 def settings_for(index: int, work: Path, model: Path):
-    from swarm_app.settings import Settings
+    from swarm_app.kernel.settings import Settings
 
     settings = Settings()
     settings.model.path, settings.model.backend, settings.model.threads = str(model), "fake", 1
@@ -160,9 +160,9 @@ def plot(json_path: Path, png_path: Path) -> None:
 
 
 async def soak(args: argparse.Namespace, work: Path) -> Recorder:
-    from swarm_app.events import RoundFinished
-    from swarm_app.peer.demo import demo_config, local_swarm, wait_until_meshed
-    from swarm_app.session import Session
+    from swarm_app.kernel.events import RoundFinished
+    from swarm_app.peer.io.local_nodes import demo_config, local_swarm, wait_until_meshed
+    from swarm_app.session.session import Session
 
     pace_fake_engine(args.round_s)
     config = demo_config()

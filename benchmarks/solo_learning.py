@@ -27,8 +27,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from swarm_app.errors import UsageError  # noqa: E402
-from swarm_app.settings import Settings, apply_env  # noqa: E402
+from swarm_app.kernel.errors import UsageError  # noqa: E402
+from swarm_app.kernel.settings import Settings, apply_env  # noqa: E402
 
 
 def swarm(*args: str) -> list[str]:

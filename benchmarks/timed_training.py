@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Callable
 
 from backends import registry
-from swarm_app.model_recommendations import apply_recommendations
-from swarm_app.run_setup import model_spec
-from swarm_app.settings import Settings
+from swarm_app.session.recommendations import apply_recommendations
+from swarm_app.session.setup import model_spec
+from swarm_app.kernel.settings import Settings
 
 
 def recommended_settings(model: Path) -> tuple[Settings, dict]:

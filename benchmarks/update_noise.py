@@ -35,8 +35,8 @@ from pathlib import Path
 
 from backends import registry
 from backends.base import LoraConfig, ModelSpec, OptimConfig, Sampling
-from swarm_app import tasks
-from swarm_app.paths import bundled_model_dir
+from swarm_app.kernel import tasks
+from swarm_app.kernel.paths import bundled_model_dir
 from swarm_app.training.evaluation import evaluate
 from swarm_app.training.grpo import has_signal
 from swarm_app.training.loop import RoundPlan, ScoredGroup, Trainer

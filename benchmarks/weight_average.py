@@ -28,8 +28,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from backends.base import Sampling  # noqa: E402
 from benchmarks.timed_training import load_torch, recommended_settings, train_for  # noqa: E402
-from swarm_app import tasks  # noqa: E402
-from swarm_app.paths import bundled_model_dir  # noqa: E402
+from swarm_app.kernel import tasks  # noqa: E402
+from swarm_app.kernel.paths import bundled_model_dir  # noqa: E402
 from swarm_app.training.evaluation import evaluate  # noqa: E402
 from swarm_app.training.loop import RoundPlan, Trainer  # noqa: E402
 

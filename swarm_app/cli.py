@@ -10,10 +10,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from swarm_app import __version__, logs
+from swarm_app import __version__
+
+from swarm_app.kernel import logs
 from swarm_app.commands import convert, demo, doctor, export, identity, run, watch
 from swarm_app.commands import eval as eval_command
-from swarm_app.errors import SwarmError
+from swarm_app.kernel.errors import SwarmError
 from swarm_app.peer import PROTOCOL_VERSION
 
 COMMANDS = (run, demo, watch, identity, export, convert, eval_command, doctor)

@@ -12,7 +12,7 @@ import os
 import sys
 from typing import TextIO
 
-from swarm_app.events import (Event, ModelLoading, RoundFinished, RoundMetrics, RunStarted,
+from swarm_app.kernel.events import (Event, ModelLoading, RoundFinished, RoundMetrics, RunStarted,
                               RunStopped, SharingChanged, SwarmJoined, TrainingPaused, TrainingResumed)
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from swarm_app import tasks
+from swarm_app.kernel import tasks
 
 BUNDLED = Path(__file__).resolve().parents[1] / "assets" / "models" / "swarm-tiny"
 MAX_BYTES = 25_000_000

@@ -9,8 +9,8 @@ import pytest
 
 from swarm_app.cli import COMMANDS, build_parser, main
 from swarm_app.commands.flags import load_settings_for
-from swarm_app.model_recommendations import read_recommendations
-from swarm_app.paths import bundled_model_dir
+from swarm_app.session.recommendations import read_recommendations
+from swarm_app.kernel.paths import bundled_model_dir
 
 
 def swarm(*args, env=None):
@@ -106,9 +106,9 @@ def test_eval_takes_the_lora_shape_from_the_adapter(tmp_path, capsys):
     """An adapter trained at a non-default rank scores without repeating its LoRA settings on the command line."""
     from backends import registry
     from backends.base import TrainSample
-    from swarm_app import tasks
-    from swarm_app.run_setup import model_spec
-    from swarm_app.settings import Settings
+    from swarm_app.kernel import tasks
+    from swarm_app.session.setup import model_spec
+    from swarm_app.kernel.settings import Settings
     from swarm_app.training.evaluation import evaluate
 
     settings = Settings()
@@ -178,8 +178,8 @@ def test_demo_defaults_sit_under_config_env_and_flags(isolated_home, monkeypatch
 
 
 def test_the_machine_line_says_when_threads_override_the_advice(stub_model, tmp_path, capsys):
-    from swarm_app.hardware import detect
-    from swarm_app.sizing import recommend
+    from swarm_app.kernel.hardware import detect
+    from swarm_app.kernel.sizing import recommend
 
     advised = recommend(detect(), "fake").threads
     given = advised + 1

@@ -4,7 +4,7 @@ import json
 
 from backends import registry
 from swarm_app.cli import main
-from swarm_app.hardware import detect
+from swarm_app.kernel.hardware import detect
 
 
 def test_run_and_eval_on_bundled_defaults(tmp_path, capsys):

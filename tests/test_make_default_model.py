@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from backends.base import ModelSpec, Sampling
-from backends.torch_lora import TorchBackend
-from swarm_app import tasks
+from backends.torch.engine import TorchBackend
+from swarm_app.kernel import tasks
 
 ROOT = Path(__file__).resolve().parents[1]
 TOY = ["--steps", "4", "--batch-size", "4", "--micro-batches", "1", "--warmup", "1", "--eval-every", "2",

@@ -28,14 +28,14 @@ POSIX_PATH_PREFIXES = ("/tmp", "/var/", "/etc/", "/usr/", "/home/", "/dev/", "/p
 TEXT_IO_METHODS = {"read_text", "write_text"}
 
 REVIEWED: dict[tuple[str, str], str] = {
-    ("swarm_app/peer/gate.py", "import resource"):
+    ("swarm_app/peer/io/gate.py", "import resource"):
         "inside try/except ImportError; Windows has no RLIMIT_NOFILE and gets FALLBACK_BUDGET (256)",
     ("tools/installer.py", "os.symlink"):
         "Path.symlink_to only for the ~/.local/bin launcher, which plan_install sets on POSIX only "
         "(Windows uses the venv's Scripts\\swarm.exe: symlinks need a privilege there)",
-    ("swarm_app/hardware.py", "hard-coded path '/proc/cpuinfo'"):
+    ("swarm_app/kernel/hardware.py", "hard-coded path '/proc/cpuinfo'"):
         "Linux's CPU flags; an OSError (macOS, Windows) gives \"\" and sysctl/platform answer instead",
-    ("swarm_app/hardware.py", "hard-coded path '/proc/driver/nvidia'"):
+    ("swarm_app/kernel/hardware.py", "hard-coded path '/proc/driver/nvidia'"):
         "only tested with Path.exists() before the torch probe; absent elsewhere, so no probe",
 }
 

@@ -2,7 +2,7 @@
 
 Three steps, each a pure function of the seed and the flags:
 1. a byte-level BPE tokenizer (one token per digit, ChatML specials, a chat template whose default
-   system prompt is `swarm_app.tasks.SYSTEM_PROMPT`) trained on rendered items of the `easy` preset;
+   system prompt is `swarm_app.kernel.tasks.SYSTEM_PROMPT`) trained on rendered items of the `easy` preset;
 2. a small decoder with model_type "llama" (not qwen2: AutoTokenizer would swap in Qwen2Tokenizer),
    with a top-level `rope_theta` in config.json for mlx-lm;
 3. supervised warm-up with a completion-only loss: prompt = the task's messages through the chat
@@ -42,7 +42,7 @@ if str(ROOT) not in sys.path:
 import measure_model  # noqa: E402  (tools/ is sys.path[0] when run as a script)
 from model_card import model_card  # noqa: E402
 
-from swarm_app import tasks  # noqa: E402
+from swarm_app.kernel import tasks  # noqa: E402
 
 log = logging.getLogger("make_default_model")
 

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # run as a script from a checkout: swarm_app need not be installed
 
-from swarm_app import tasks  # noqa: E402
+from swarm_app.kernel import tasks  # noqa: E402
 
 MAX_NEW_TOKENS = 48
 """The app's default `Sampling.max_new_tokens`: completions must fit in it."""

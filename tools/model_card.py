@@ -36,7 +36,7 @@ def model_card(facts: dict, out: Path) -> str:
     pad, im_start, im_end = facts["specials"]
     schedule, why = ((f"constant, then linear decay to 10% over the last {a['decay_frac']:.0%} of steps", "")
                      if a["decay_frac"] else ("then constant to the end: no decay", NO_DECAY))
-    left_out = EASY_LEFT_OUT if a["preset"] == "easy" else f"Task preset `{a['preset']}`: see swarm_app/tasks.py."
+    left_out = EASY_LEFT_OUT if a["preset"] == "easy" else f"Task preset `{a['preset']}`: see swarm_app/kernel/tasks.py."
     return f"""# swarm-tiny
 
 The default model bundled with swarm-app: a {facts['n_params']:,}-parameter decoder (`model_type: llama`)

@@ -1,7 +1,7 @@
 """`swarm demo`: a local swarm of N training nodes in this process, on 127.0.0.1.
 
 Owns the flags, the demo's own defaults (10 rounds, J = 4: below config.toml and SWARM_* so those
-apply here as in `swarm run`) and the choice of view; swarm_app/demo_command.py runs the nodes.
+apply here as in `swarm run`) and the choice of view; swarm_app/session/local_swarm.py runs the nodes.
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import argparse
 import asyncio
 from pathlib import Path
 
-from swarm_app import logs
+from swarm_app.kernel import logs
 from swarm_app.commands import flags
 from swarm_app.commands.run import wants_tui
-from swarm_app.errors import UsageError
+from swarm_app.kernel.errors import UsageError
 
 DEFAULTS = {"train.rounds": 10, "train.external": 4, "train.seed": 0}
 """A demo ends by itself, shows peers' rollouts being used and is reproducible (node i draws with seed
@@ -37,13 +37,13 @@ def main(args: argparse.Namespace) -> int:
     settings = flags.load_settings_for(args)
     if settings.train.rounds == 0:
         raise UsageError("--rounds must be at least 1 for a demo")
-    from swarm_app.demo_command import default_out_dir, format_summary, run_demo_swarm
+    from swarm_app.session.local_swarm import default_out_dir, format_summary, run_demo_swarm
 
     backends = _backends(args.backends)
     out_dir = Path(args.out) if args.out else default_out_dir()
     print(f"demo: {args.nodes} nodes, {settings.train.rounds} rounds, J = {settings.train.external}; runs in {out_dir}")
     if wants_tui(settings):
-        from swarm_app.tui.demo import run_demo_in_tui
+        from swarm_app.tui.node_switcher import run_demo_in_tui
 
         with logs.terminal_owned_by_tui():
             summaries = run_demo_in_tui(settings, args.nodes, out_dir, backends)

@@ -1,6 +1,6 @@
 """`swarm doctor`: this machine, the engines that run here and the one chosen, and whether the peers answer.
 
-Owns the flags and the printout; swarm_app/doctor_command.py builds the report.
+Owns the flags and the printout; swarm_app/session/doctor.py builds the report.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 def main(args: argparse.Namespace) -> int:
     settings = flags.load_settings_for(args)
-    from swarm_app.doctor_command import build_report, format_text
-    from swarm_app.hardware import detect
+    from swarm_app.session.doctor import build_report, format_text
+    from swarm_app.kernel.hardware import detect
 
     report = build_report(settings, detect(), pace=args.pace)
     print(json.dumps(report) if args.json else format_text(report))

@@ -1,6 +1,6 @@
 """`swarm eval`: held-out accuracy of a model (and optionally a trained adapter) with greedy decoding.
 
-Owns the flags and the printout; swarm_app/evaluate_command.py loads and scores.
+Owns the flags and the printout; swarm_app/session/evaluate.py loads and scores.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from swarm_app.commands import flags
-from swarm_app.errors import UsageError
+from swarm_app.kernel.errors import UsageError
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -31,8 +31,8 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError(f"--n {args.n} must be at least 1")
     if not 0 <= args.samples <= 64:
         raise UsageError(f"--samples {args.samples} must be between 0 and 64")
-    from swarm_app.evaluate_command import run_eval
-    from swarm_app.run_setup import detect_hardware
+    from swarm_app.session.evaluate import run_eval
+    from swarm_app.session.setup import detect_hardware
 
     report = run_eval(settings, Path(args.adapter) if args.adapter else None, args.n,
                       detect_hardware(settings.model.backend), args.samples)

@@ -1,4 +1,4 @@
-"""Flags that set a Settings field, declared from the field's own metadata in swarm_app/settings.py.
+"""Flags that set a Settings field, declared from the field's own metadata in swarm_app/kernel/settings.py.
 
 A settings flag's dest is its "section.field" key and its default is None ("not given"), so a value
 reaches Settings only when it was typed, and every command layers the same way: flag >
@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
-from swarm_app.settings import Settings, default_of, field_of, load_settings
+from swarm_app.kernel.settings import Settings, default_of, field_of, load_settings
 
 MODEL = ("model.path", "model.backend", "model.threads")
 TRAIN = ("tasks.preset", "train.rounds", "train.local", "train.external", "train.completions", "train.seed")
@@ -66,7 +66,7 @@ def _help(key: str, spec: dataclasses.Field, command_default: Any) -> str:
 
 def load_settings_for(args: argparse.Namespace) -> Settings:
     """The command's Settings: the flags typed, over SWARM_* env, config.toml and the command's defaults."""
-    from swarm_app.paths import user_dirs
+    from swarm_app.kernel.paths import user_dirs
 
     typed = {key: value for key, value in vars(args).items() if "." in key}  # only settings flags have dotted dests
     config = Path(args.config) if args.config else user_dirs().config_file

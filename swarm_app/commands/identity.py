@@ -1,4 +1,4 @@
-"""`swarm identity show|export FILE|import FILE`: this node's key (swarm_app/peer/identity.py).
+"""`swarm identity show|export FILE|import FILE`: this node's key (swarm_app/peer/core/identity.py).
 
 Output goes to the stream passed in (the CLI's stdout); the private key is only ever written to the
 export file, never to a stream or a log. Errors are `UsageError`s for the CLI to print. Importing this
@@ -12,10 +12,10 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from swarm_app.errors import UsageError
+from swarm_app.kernel.errors import UsageError
 
 if TYPE_CHECKING:
-    from swarm_app.peer.identity import IdentityStore
+    from swarm_app.peer.core.identity import IdentityStore
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -28,7 +28,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace, out: TextIO | None = None, store: IdentityStore | None = None) -> int:
-    from swarm_app.peer.identity import IdentityStore
+    from swarm_app.peer.core.identity import IdentityStore
 
     out = out or sys.stdout
     store = store or IdentityStore()
@@ -43,7 +43,7 @@ def main(args: argparse.Namespace, out: TextIO | None = None, store: IdentitySto
 
 
 def _show(store: "IdentityStore", out: TextIO) -> int:
-    from swarm_app.peer.identity import b64url
+    from swarm_app.peer.core.identity import b64url
 
     loaded = store.load_or_create()
     identity = loaded.identity
@@ -56,7 +56,7 @@ def _show(store: "IdentityStore", out: TextIO) -> int:
 
 
 def _export(store: "IdentityStore", path: Path, out: TextIO) -> int:
-    from swarm_app.peer.identity import write_private_file
+    from swarm_app.peer.core.identity import write_private_file
 
     if path.exists():
         raise UsageError(f"{path} exists; choose a new file name (export never overwrites)")
@@ -70,7 +70,7 @@ def _export(store: "IdentityStore", path: Path, out: TextIO) -> int:
 
 
 def _import(store: "IdentityStore", path: Path, force: bool, out: TextIO) -> int:
-    from swarm_app.peer.identity import Identity
+    from swarm_app.peer.core.identity import Identity
 
     try:
         data = path.read_bytes()

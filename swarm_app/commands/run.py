@@ -12,7 +12,7 @@ import asyncio
 import logging
 import sys
 
-from swarm_app import logs
+from swarm_app.kernel import logs
 from swarm_app.commands import flags
 
 log = logging.getLogger(__name__)
@@ -31,7 +31,7 @@ def main(args: argparse.Namespace) -> int:
     settings = flags.load_settings_for(args)
     if args.gpus:
         return _run_per_gpu(args, settings)
-    from swarm_app.session import Session
+    from swarm_app.session.session import Session
 
     logs.to_file()
     session = Session(settings, fresh=args.fresh)  # it detects the hardware while loading
@@ -58,8 +58,8 @@ def wants_tui(settings) -> bool:
 
 
 async def _run_until_stopped(session) -> None:
-    from swarm_app.stopping import on_stop_signals
-    from swarm_app.watch_service import watched
+    from swarm_app.kernel.stopping import on_stop_signals
+    from swarm_app.watch.history import watched
 
     undo = on_stop_signals(asyncio.get_running_loop(), session.stop)
     try:
@@ -70,9 +70,9 @@ async def _run_until_stopped(session) -> None:
 
 
 def _run_per_gpu(args: argparse.Namespace, settings) -> int:
-    from swarm_app.hardware import detect
-    from swarm_app.multi_gpu import parse_gpus, plan_nodes, run_nodes, without_gpus_flag
-    from swarm_app.run_setup import run_dir_of
+    from swarm_app.kernel.hardware import detect
+    from swarm_app.session.multi_gpu import parse_gpus, plan_nodes, run_nodes, without_gpus_flag
+    from swarm_app.session.setup import run_dir_of
 
     gpus = parse_gpus(args.gpus, len(detect().gpus))
     typed = without_gpus_flag(args.typed[args.typed.index("run") + 1:])
@@ -83,7 +83,7 @@ def _run_per_gpu(args: argparse.Namespace, settings) -> int:
 
 
 def _run_in_tui(session) -> int:
-    from swarm_app.events import RunStopped
+    from swarm_app.kernel.events import RunStopped
     from swarm_app.headless import format_stop
     from swarm_app.tui.app import SwarmApp
 

@@ -1,6 +1,6 @@
 """`swarm watch`: look in on a node running on this machine, read-only.
 
-Owns the flags; swarm_app/watch_command.py connects and shows the node's events.
+Owns the flags; swarm_app/watch/client.py connects and shows the node's events.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 def main(args: argparse.Namespace) -> int:
     settings = flags.load_settings_for(args)
-    from swarm_app.run_setup import run_dir_of
-    from swarm_app.watch_command import watch
+    from swarm_app.session.setup import run_dir_of
+    from swarm_app.watch.client import watch
 
     return watch(run_dir_of(settings), settings.run.ui, settings.run.log_format)

@@ -19,8 +19,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-from swarm_app.errors import CheckpointError
-from swarm_app.files import fsync_dir, retry_on_descriptor_shortage, write_text_atomic
+from swarm_app.kernel.errors import CheckpointError
+from swarm_app.kernel.files import fsync_dir, retry_on_descriptor_shortage, write_text_atomic
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from backends.base import Backend, Progress, Sampling
-from swarm_app import tasks
+from swarm_app.kernel import tasks
 
 EVAL_BATCH = 64
 """Prompts per generate call: bounds memory on long evaluations."""

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from backends.base import Backend, Cancelled, Sampling, TrainSample
-from swarm_app import tasks
-from swarm_app.events import EvaluationFinished, EvaluationStarted, Event, PhaseProgress, RoundMetrics
-from swarm_app.rollouts import Rollout, RolloutExchange
+from swarm_app.kernel import tasks
+from swarm_app.kernel.events import EvaluationFinished, EvaluationStarted, Event, PhaseProgress, RoundMetrics
+from swarm_app.kernel.rollouts import Rollout, RolloutExchange
 from swarm_app.training.evaluation import EvalResult, evaluate
 from swarm_app.training.grpo import group_advantages, has_signal, weigh_negatives
 

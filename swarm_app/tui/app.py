@@ -16,10 +16,10 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.widgets import Footer, Header, TabbedContent, TabPane
 
-from swarm_app.errors import SwarmError
-from swarm_app.events import EvaluationFinished, LogRecorded, PeersUpdated, RoundFinished, RunStopped
+from swarm_app.kernel.errors import SwarmError
+from swarm_app.kernel.events import EvaluationFinished, LogRecorded, PeersUpdated, RoundFinished, RunStopped
 from swarm_app.tui.dashboard import Dashboard, RewardChart
-from swarm_app.tui.logs import LogsView
+from swarm_app.tui.log_view import LogsView
 from swarm_app.tui.messages import SessionEvent
 from swarm_app.tui.peers import PeersView
 from swarm_app.tui.state import ViewState
@@ -198,7 +198,7 @@ class SwarmApp(App[int]):
 
     def action_save_picture(self) -> None:
         """An SVG of the screen in the user data dir (to share, or for the docs)."""
-        from swarm_app.paths import user_dirs
+        from swarm_app.kernel.paths import user_dirs
 
         folder = user_dirs().data / "screenshots"
         folder.mkdir(parents=True, exist_ok=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from textual.message import Message
 
-from swarm_app.events import Event
+from swarm_app.kernel.events import Event
 
 
 class SessionEvent(Message):

@@ -12,7 +12,7 @@ import unicodedata
 from collections import deque
 from dataclasses import dataclass, field, replace
 
-from swarm_app.events import (CheckpointSaved, EvaluationFinished, EvaluationStarted, Event, LogRecorded, ModelLoading,
+from swarm_app.kernel.events import (CheckpointSaved, EvaluationFinished, EvaluationStarted, Event, LogRecorded, ModelLoading,
                               PeerRow, PeersUpdated, PhaseProgress, RoundFinished, RoundStarted, RunStarted, RunStopped,
                               SharingChanged, SwarmJoined, TrainingPaused, TrainingResumed)
 

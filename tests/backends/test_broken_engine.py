@@ -36,9 +36,9 @@ def test_auto_falls_back_from_a_broken_engine_and_says_so(stub_model, tmp_path, 
 
 
 def test_mlx_on_a_machine_without_it_says_how_to_install(stub_model, tmp_path, capsys, monkeypatch):
-    import backends.mlx
+    import backends.mlx.engine
 
-    monkeypatch.setattr(backends.mlx, "REQUIRED", ("mlx_not_installed_here",))  # as on a machine without mlx
+    monkeypatch.setattr(backends.mlx.engine, "REQUIRED", ("mlx_not_installed_here",))  # as on a machine without mlx
     code = main(["run", "--no-ui", "--backend", "mlx", "--model", str(stub_model), "--rounds", "1",
                  "--run-dir", str(tmp_path / "run")])
     err = capsys.readouterr().err

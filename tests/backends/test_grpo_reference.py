@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from backends.grpo_reference import grpo_loss_reference
-from tests.test_grpo_loss import ADVANTAGES, HAND_GRADS, HAND_LOSSES, MASK, N_TOKENS, RATIOS
+from tests.backends.test_grpo_loss import ADVANTAGES, HAND_GRADS, HAND_LOSSES, MASK, N_TOKENS, RATIOS
 
 
 def fixed_batch(seed: int = 0, shape=(6, 10)):
@@ -42,7 +42,7 @@ def test_the_fixed_batch_exercises_both_clip_bounds():
 @pytest.mark.parametrize("dtype_name, tolerance", [("float64", 1e-12), ("float32", 1e-6)])
 def test_torch_loss_function_equals_the_reference(dtype_name, tolerance):
     torch = pytest.importorskip("torch")
-    from backends.grpo_loss import grpo_loss
+    from backends.torch.grpo_loss import grpo_loss
 
     logp, old, adv, mask = fixed_batch()
     dtype = getattr(torch, dtype_name)

@@ -8,7 +8,7 @@ import pytest
 
 from backends.base import BackendError, ModelSpec
 from backends.memory_fit import check_fits, needed_bytes
-from swarm_app.paths import bundled_model_dir
+from swarm_app.kernel.paths import bundled_model_dir
 
 
 def big_model(tmp_path, gib: int, dtype: str = "bfloat16"):
@@ -34,7 +34,7 @@ def test_a_model_too_large_is_refused_with_both_figures(tmp_path):
 
 
 def test_the_torch_engine_checks_before_loading(tmp_path):
-    from backends.torch_lora import TorchBackend
+    from backends.torch.engine import TorchBackend
 
     folder = big_model(tmp_path, 4096)  # 4 TiB of bf16 weights: more than any machine's RAM
     (folder / "tokenizer.json").write_text("{}")

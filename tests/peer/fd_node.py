@@ -18,9 +18,9 @@ import threading
 import time
 from pathlib import Path
 
-from swarm_app.peer.config import local_config
-from swarm_app.peer.identity import Identity
-from swarm_app.peer.node import PeerNode
+from swarm_app.peer.core.config import local_config
+from swarm_app.peer.core.identity import Identity
+from swarm_app.peer.io.node import PeerNode
 
 
 class Writer(threading.Thread):

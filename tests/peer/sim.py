@@ -13,16 +13,16 @@ import itertools
 import random
 from collections.abc import Callable
 
-from swarm_app.peer.addressbook import AddressBook
-from swarm_app.peer.admission import Admission, AdmissionLimits
-from swarm_app.peer.identity import Identity
-from swarm_app.peer.limits import fitted_limits
-from swarm_app.peer.messages import ClientHandshake, ServerHandshake, decode_frame, encode
-from swarm_app.peer.pool import RolloutPool, SeenCache
-from swarm_app.peer.actions import Admitted, Close, Dial, FetchPeers, HttpPull, Send
-from swarm_app.peer.protocol import NodeCore, ProtocolConfig
-from swarm_app.peer.scores import PeerBook, ScorePolicy
-from swarm_app.tasks import regenerate
+from swarm_app.peer.core.addressbook import AddressBook
+from swarm_app.peer.core.admission import Admission, AdmissionLimits
+from swarm_app.peer.core.identity import Identity
+from swarm_app.peer.core.limits import fitted_limits
+from swarm_app.peer.core.messages import ClientHandshake, ServerHandshake, decode_frame, encode
+from swarm_app.peer.core.pool import RolloutPool, SeenCache
+from swarm_app.peer.core.actions import Admitted, Close, Dial, FetchPeers, HttpPull, Send
+from swarm_app.peer.core.protocol import NodeCore, ProtocolConfig
+from swarm_app.peer.core.scores import PeerBook, ScorePolicy
+from swarm_app.kernel.tasks import regenerate
 
 START = 1_800_000_000.0  # simulated epoch seconds: timestamps must look current to admission
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from swarm_app.events import (EvaluationFinished, LogRecorded, PeerRow, PeersUpdated, PhaseProgress, RoundFinished,
+from swarm_app.kernel.events import (EvaluationFinished, LogRecorded, PeerRow, PeersUpdated, PhaseProgress, RoundFinished,
                               RoundMetrics, RunStarted, SwarmJoined)
 
 T0 = 1_780_000_000.0

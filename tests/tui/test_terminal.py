@@ -78,8 +78,8 @@ def exit_code(tmp_path: Path, seconds: float = 60.0) -> int:
 
 def assert_checkpoint_loads(run_dir: Path) -> int:
     from backends.base import ModelSpec
-    from backends.torch_lora import TorchBackend
-    from swarm_app.paths import bundled_model_dir
+    from backends.torch.engine import TorchBackend
+    from swarm_app.kernel.paths import bundled_model_dir
 
     state, folder = Checkpoints(run_dir).load_latest()
     backend = TorchBackend()

@@ -1,0 +1,172 @@
+"""The llama.cpp engine: generation in llama.cpp from a GGUF of the base model plus the LoRA adapter as a
+GGUF adapter; the GRPO update in torch on the same weights (backends/torch/engine.py's TorchBackend).
+
+Owns: the GGUF of the base model (the one shipped in the model folder when its recorded content key
+matches, else converted once by gguf_export and cached under `ModelSpec.cache_dir` keyed by the model's
+content hash; F16 for small models, Q8_0 above ~134 M parameters: `gguf_export.weight_type_for`), and
+the adapter swap after every update and adapter load: export the PEFT adapter to GGUF (~5 ms),
+llama_adapter_lora_init + llama_set_adapters_lora. Generation is batched (backends/llama_cpp/batch.py: many
+sequences per llama_decode, each prompt evaluated once for its L copies); every call starts from an
+empty KV cache, so nothing computed under an old adapter is reused (it would be off by ~1.4 in the
+logits). Prompts are tokenized by the HF tokenizer (the torch side's), so both sides see the same ids.
+Loss, log-probs and adapter files are torch's.
+Must not import swarm_app, and imports llama_cpp, gguf and torch only in `load`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import tempfile
+from pathlib import Path
+
+from backends.base import Backend, BackendError, Completion, Hardware, Messages, ModelSpec, Sampling
+from backends.base import TrainSample, TrainStats
+from backends.llama_cpp.batch import BatchedDecoder
+from backends.torch.engine import TorchBackend
+
+log = logging.getLogger(__name__)
+
+REQUIRED = ("llama_cpp", "gguf", "torch", "transformers", "peft")
+
+
+class LlamaCppBackend(Backend):
+    name = "llama_cpp"
+    adapter_format = "peft"  # the torch side writes and reads the adapter files
+    supports_cancel = True  # the decoder reports after every decode step
+
+    def __init__(self) -> None:
+        self._trainer = TorchBackend()
+        self._decoder: BatchedDecoder | None = None
+        self.base_gguf: Path | None = None
+        """The base model's GGUF that generation runs on (set by load)."""
+        self._adapter = None
+        self._swap_dir: tempfile.TemporaryDirectory | None = None
+
+    @classmethod
+    def is_available(cls, hw: Hardware) -> tuple[bool, str]:
+        missing = [m for m in REQUIRED if importlib.util.find_spec(m) is None]
+        if missing:
+            return False, f"{', '.join(missing)} not installed (pip install \"swarm-app[llamacpp]\")"
+        return True, "llama.cpp for generation, torch for the LoRA update (CPU)"
+
+    def load(self, spec: ModelSpec) -> None:
+        from backends import gguf_export
+
+        self.close()
+        folder = Path(spec.path).expanduser()
+        if not folder.is_dir():
+            raise BackendError(f"model folder {folder} does not exist: check the path (resolve hub ids first)")
+        config = gguf_export.read_config(folder)  # refuses what cannot convert before torch loads anything
+        self._trainer.load(spec)
+        self._config, self._spec = config, spec
+        self.base_gguf = self._base_gguf(folder, spec, gguf_export.weight_type_for(config))
+        self._decoder = BatchedDecoder(self.base_gguf, spec.threads)
+        self._swap_dir = tempfile.TemporaryDirectory(prefix="swarm-lora-")
+        self._swap_adapter()
+        log.info("llama.cpp: %s from %s", self.model_id, self.base_gguf)
+
+    @staticmethod
+    def _base_gguf(folder: Path, spec: ModelSpec, weights: str) -> Path:
+        """The shipped GGUF (`<folder>/model.<weights>.gguf`) if it was made from these files, else
+        the cached conversion, converting first when there is none."""
+        from backends import gguf_export
+
+        key = gguf_export.content_key(folder)
+        shipped = folder / f"model.{weights}.gguf"
+        if shipped.is_file() and gguf_export.recorded_content_key(shipped) == key:
+            return shipped
+        cache = Path(spec.cache_dir) if spec.cache_dir else Path(tempfile.gettempdir()) / "swarm-app-gguf"
+        target = cache / "gguf" / f"{folder.resolve().name}-{key}.{weights}.gguf"
+        if not target.is_file():
+            log.info("llama.cpp: converting %s to GGUF (%s) once, into %s", folder.name, weights, target.parent)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            gguf_export.convert_model(folder, target, weights)
+        return target
+
+    def _require_decoder(self) -> BatchedDecoder:
+        if self._decoder is None:
+            raise BackendError("no model loaded: call load() first")
+        return self._decoder
+
+    @property
+    def model_id(self) -> str:
+        return self._trainer.model_id
+
+    def generate(self, prompts: list[Messages], n: int, sampling: Sampling, progress=None) -> list[list[Completion]]:
+        import torch
+
+        from backends.torch.decode import token_chooser
+
+        decoder = self._require_decoder()
+        rows = [ids for ids in map(self._trainer._encode_prompt, prompts) for _ in range(n)]
+        chooser = token_chooser(sampling)  # the torch engine's: both engines sample alike
+
+        def choose(logits) -> list[int]:
+            return chooser(torch.from_numpy(logits)).tolist()
+
+        with self._trainer._seeded(sampling.seed), torch.inference_mode():
+            done = decoder.generate(rows, choose, sampling.max_new_tokens, set(self._trainer._stop_ids), progress)
+        tok = self._trainer._tok
+        completions = [Completion(tok.decode(new, skip_special_tokens=True), len(new) + stopped) for new, stopped in done]
+        return [completions[i * n : (i + 1) * n] for i in range(len(prompts))]
+
+    def train_step(self, batch: list[TrainSample], progress=None) -> TrainStats:
+        self._require_decoder()
+        stats = self._trainer.train_step(batch) if progress is None else self._trainer.train_step(batch, progress)
+        self._swap_adapter()
+        return stats
+
+    def token_logprobs(self, batch: list[TrainSample]) -> list[list[float]]:
+        return self._trainer.token_logprobs(batch)
+
+    def save_adapter(self, folder: Path) -> None:
+        self._trainer.save_adapter(folder)
+
+    def load_adapter(self, folder: Path) -> None:
+        self._require_decoder()
+        self._trainer.load_adapter(folder)
+        self._swap_adapter()
+
+    def export_adapter_gguf(self, out: Path) -> Path:
+        """The current adapter as a GGUF LoRA adapter at `out` (what `swarm export --gguf` writes)."""
+        from peft.utils import get_peft_model_state_dict
+
+        from backends import gguf_export
+
+        state = {k: v.detach().float().cpu().numpy() for k, v in get_peft_model_state_dict(self._trainer._model).items()}
+        return gguf_export.export_lora(state, self._config, self._spec.lora.alpha, out)
+
+    def _swap_adapter(self) -> None:
+        """Export the torch adapter and hand it to the decoder in place of the previous one."""
+        import llama_cpp
+
+        path = self.export_adapter_gguf(Path(self._swap_dir.name) / f"adapter-{os.getpid()}.gguf")
+        adapter = llama_cpp.llama_adapter_lora_init(self._decoder.model, str(path).encode())
+        if not adapter:
+            raise BackendError(f"llama.cpp refused the exported adapter {path}: use --backend torch and report this")
+        self._decoder.set_adapter(adapter)
+        self._free_adapter()
+        self._adapter = adapter
+
+    def _free_adapter(self) -> None:
+        if self._adapter is not None:
+            import llama_cpp
+
+            llama_cpp.llama_adapter_lora_free(self._adapter)
+            self._adapter = None
+
+    def memory(self) -> int:
+        return self._trainer.memory() + (self._decoder.model_size() if self._decoder is not None else 0)
+
+    def close(self) -> None:
+        if self._decoder is not None:
+            self._decoder.set_adapter(None)
+            self._free_adapter()
+            self._decoder.close()
+            self._decoder = None
+        if self._swap_dir is not None:
+            self._swap_dir.cleanup()
+            self._swap_dir = None
+        self._trainer.close()

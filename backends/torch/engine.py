@@ -1,0 +1,416 @@
+"""The torch engine: a Hugging Face causal LM with a PEFT LoRA adapter, trained with GRPO.
+
+Owns: checking the model folder (always a local folder: the app's resolver turns hub ids into folders),
+the tokenizer and its chat template, batched sampling (the decode loop itself is in torch_decode.py), the
+round's GRPO update of the LoRA parameters (AdamW over LoRA only; the loss itself is in grpo_loss.py), and
+the adapter + optimizer files.
+CUDA when present (bf16 where supported), else CPU with a fixed thread count.
+Must not import swarm_app, and must not import torch, transformers or peft at module level:
+`is_available` runs before the engine is chosen (importing all three costs ~4 s).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import importlib.util
+import json
+import logging
+import math
+import pickle
+import warnings
+from pathlib import Path
+
+from backends.base import Backend, BackendError, Completion, Hardware, Messages, ModelSpec, Progress, Sampling
+from backends.base import TrainSample, TrainStats
+from backends.chat import IM_END, check_model_folder, encode_prompt, load_tokenizer, model_folder, stop_ids
+from backends.grpo_batch import Sequence, Step, encode_sample, group_by_prompt, minibatch_parts, shuffle_seed
+from backends.grpo_batch import summarize
+from backends.memory_fit import check_fits, parameter_estimate
+from backends.torch.device import free_memory, pick_device, torch_cuda_build, torch_float32, where_of
+from backends.torch.batching import cache_kwarg, pad, prompt_cache, training_attention
+
+log = logging.getLogger(__name__)
+
+GENERATE_CHUNK = 64
+"""Sequences per decode loop: bounds the KV cache (64 x 600 tokens of a 0.5B model: ~0.9 GB bf16)."""
+OPTIMIZER_FILE = "optimizer.pt"
+ADAPTER_CONFIG = "adapter_config.json"
+ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
+
+
+def attach_lora(model, spec: ModelSpec):
+    """Wrap `model` in a fresh PEFT LoRA adapter on the spec's target modules that exist in it."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    linear = {name.rsplit(".", 1)[-1] for name, mod in model.named_modules() if isinstance(mod, torch.nn.Linear)}
+    targets = [t for t in spec.lora.target_modules if t in linear]
+    if not targets:
+        raise BackendError(f"none of the LoRA target modules {list(spec.lora.target_modules)} exist in this model: "
+                           f"set lora.target_modules to some of its linear layers ({', '.join(sorted(linear))})")
+    lora = spec.lora
+    config = LoraConfig(r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=targets,
+                        task_type="CAUSAL_LM")
+    with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
+        # peft 0.21 calls a method transformers 5 deprecated; nothing for our users to act on.
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing", category=FutureWarning)
+        torch.manual_seed(0)  # the same fresh adapter on every load: reproducible runs and tests
+        wrapped = get_peft_model(model, config)
+    from backends.torch.lora_fused import fuse_lora_forward
+
+    fuse_lora_forward(wrapped)
+    return wrapped
+
+
+class TorchBackend(Backend):
+    """One model + LoRA adapter + AdamW.
+
+    Old-policy log-probs (the policy as the round starts): the samples of the round's first minibatch take
+    theirs from that minibatch's own forward pass, detached (no update has happened yet, so they are the
+    same numbers and the first step's ratio is exactly 1); the others get one no-grad pass in eval mode
+    before the first step. With dropout (lora.dropout > 0, or a dropout rate in the model), a train-mode
+    pass is one noisy draw, so every sample gets the eval-mode pass and the first step's ratio is not
+    exactly 1.
+    """
+
+    name = "torch"
+    supports_cancel = True
+
+    def __init__(self) -> None:
+        self._spec: ModelSpec | None = None
+        self._model = None
+        self._tok = None
+        self._optimizer = None
+        self._device = None
+        self._model_id = ""
+        self._stop_ids: list[int] = []
+        self._end_id = 0
+        self._cache_kwarg = "cache"
+        self._reuses_first_pass = True
+
+    @classmethod
+    def is_available(cls, hw: Hardware) -> tuple[bool, str]:
+        missing = [m for m in ("torch", "transformers", "peft") if importlib.util.find_spec(m) is None]
+        if missing:
+            return False, f"{', '.join(missing)} not installed (pip install swarm-app installs them)"
+        if cls.runs_accelerated(hw):
+            return True, f"torch on CUDA ({hw.cuda_name or 'GPU'})"
+        if hw.cuda:
+            return True, f"torch on CPU: this torch is a CPU build, so the {hw.cuda_name or 'GPU'} goes unused"
+        return True, "torch on CPU (no CUDA GPU found)"
+
+    @classmethod
+    def runs_accelerated(cls, hw: Hardware) -> bool:
+        return hw.cuda and bool(torch_cuda_build())
+
+    def load(self, spec: ModelSpec) -> None:
+        from transformers import AutoModelForCausalLM, GenerationConfig
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # progress bars on every checkpoint would flood a terminal view
+        self.close()
+        folder = model_folder(spec.path)
+        check_model_folder(folder)
+        device, dtype = pick_device(spec.threads, spec.precision, parameter_estimate(folder))
+        check_fits(folder, 2 if dtype != torch_float32() else 4, free_memory(device), where_of(device))
+        tok = load_tokenizer(folder)
+        try:
+            base = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype, local_files_only=True)
+        except (OSError, ValueError, KeyError) as exc:
+            raise BackendError(f"cannot load the model in {folder}: {exc}") from exc
+        checkpoint_eos = base.generation_config.eos_token_id
+        # Drop the checkpoint's sampling defaults (e.g. top_k 20, repetition penalty): GRPO samples the policy.
+        base.generation_config = GenerationConfig(eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+        self._cache_kwarg = cache_kwarg(base)
+        self._model = attach_lora(base, spec).to(device).eval()
+        self._reuses_first_pass = not has_dropout(self._model)
+        self._tok, self._spec, self._device = tok, spec, device
+        self._end_id = tok.get_vocab().get(IM_END, tok.eos_token_id)
+        self._stop_ids = stop_ids(tok, self._end_id, checkpoint_eos)
+        self._model_id = spec.reported_id()
+        self._optimizer = self._new_optimizer() if spec.trainable else None
+        log.info("loaded %s on %s (%s)", self._model_id, device, dtype)
+
+    def _new_optimizer(self):
+        import torch
+
+        optim = self._spec.optim
+        params = [p for p in self._model.parameters() if p.requires_grad]
+        return torch.optim.AdamW(params, lr=optim.learning_rate, weight_decay=optim.weight_decay)
+
+    def _require_model(self):
+        if self._model is None:
+            raise BackendError("no model loaded: call load() first")
+        return self._model
+
+    @property
+    def model_id(self) -> str:
+        self._require_model()
+        return self._model_id
+
+    def _encode_prompt(self, messages: Messages) -> list[int]:
+        return encode_prompt(self._tok, messages, self._model_id)
+
+    def generate(self, prompts: list[Messages], n: int, sampling: Sampling,
+                 progress: Progress | None = None) -> list[list[Completion]]:
+        import torch
+
+        model = self._require_model()
+        rows = [ids for ids in map(self._encode_prompt, prompts) for _ in range(n)]
+        done: list[Completion] = []
+        model.eval()
+        chunks = range(0, len(rows), GENERATE_CHUNK)
+        with self._seeded(sampling.seed), torch.inference_mode():
+            for k, start in enumerate(chunks):
+                steps = _StepReporter(progress, k * sampling.max_new_tokens, len(chunks) * sampling.max_new_tokens)
+                chunk = rows[start : start + GENERATE_CHUNK]
+                done.extend(map(self._completion, self._generate_ids(chunk, sampling, steps)))
+        return [done[i * n : (i + 1) * n] for i in range(len(prompts))]
+
+    @contextlib.contextmanager
+    def _seeded(self, seed: int | None):
+        """Sampling from torch's global generator, seeded for this call only when `seed` is given."""
+        import torch
+
+        if seed is None:
+            yield
+            return
+        devices = [self._device.index or 0] if self._device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(seed)
+            yield
+
+    def _generate_ids(self, rows: list[list[int]], sampling: Sampling, steps: "_StepReporter") -> list[list[int]]:
+        """New token ids per row, each up to and including its first stop token (see torch_decode.py)."""
+        from backends.torch.decode import decode
+
+        ids, mask = pad(rows, self._tok.pad_token_id, left=True, device=self._device)
+        return decode(self._model, self._cache_kwarg, ids, mask, sampling, self._stop_ids, steps.step)
+
+    def _completion(self, new_tokens: list[int]) -> Completion:
+        """Text up to the first stop token; n_tokens counts the generated tokens including that stop token."""
+        stops = [i for i, t in enumerate(new_tokens) if t in self._stop_ids]
+        end = stops[0] if stops else len(new_tokens)
+        text = self._tok.decode(new_tokens[:end], skip_special_tokens=True)
+        return Completion(text=text, n_tokens=end + 1 if stops else end)
+
+    def _encode_sample(self, sample: TrainSample) -> Sequence:
+        return encode_sample(self._tok, sample.messages, sample.completion, self._end_id, self._model_id)
+
+    def _token_logps(self, seqs: list[Sequence]):
+        """Log-probs of every completion token of `seqs` (which share one prompt), flat, sample after sample.
+
+        The prompt but its last token goes through the model once; its KV cache is repeated for every
+        completion, and gradients flow back through it. At L completions per prompt this does the prompt's
+        work once instead of L times (prompts are most of a round's tokens: ~200 vs ~15 on the easy preset).
+        """
+        import torch
+
+        from backends.torch.logprobs import token_logprobs
+
+        head = seqs[0].ids[: seqs[0].prompt_len - 1]
+        if any(s.ids[: s.prompt_len] != seqs[0].ids[: seqs[0].prompt_len] for s in seqs):
+            raise ValueError("_token_logps needs sequences with one shared prompt")
+        tails, mask = pad([s.ids[len(head) :] for s in seqs], self._tok.pad_token_id, left=False, device=self._device)
+        with training_attention(self._model, self._device, len(seqs), tails.shape[1], len(head) + tails.shape[1]):
+            cache = None
+            if head:
+                head_ids = torch.tensor([head], device=self._device)
+                cache = prompt_cache(self._model, self._cache_kwarg, head_ids, torch.ones_like(head_ids), [len(seqs)])
+                mask = torch.cat([mask.new_ones((len(seqs), len(head))), mask], dim=1)
+            positions = torch.arange(len(head), len(head) + tails.shape[1], device=self._device).expand(len(seqs), -1)
+            out = self._model(input_ids=tails, attention_mask=mask, position_ids=positions,
+                              use_cache=cache is not None, **{self._cache_kwarg: cache})
+        # Position k predicts token k + 1; the last position predicts nothing (a dummy target, dropped).
+        targets = torch.nn.functional.pad(tails[:, 1:], (0, 1))
+        logp = token_logprobs(out.logits, targets)[:, :-1]
+        # A tail is the prompt's last token + the completion: positions 0 .. n_completion - 1 predict the completion.
+        n_completion = torch.tensor([s.n_completion for s in seqs], device=self._device).unsqueeze(1)
+        return logp[torch.arange(logp.shape[1], device=self._device).unsqueeze(0) < n_completion]
+
+    def _groups(self, seqs: list[Sequence]) -> list[list[int]]:
+        return group_by_prompt(seqs, self._model.config.get_text_config().vocab_size)
+
+    def _old_logps(self, seqs: list[Sequence]) -> list:
+        """Per-sample log-probs under the policy as the round starts (computed once, no grad)."""
+        import torch
+
+        self._model.eval()
+        out: list = [None] * len(seqs)
+        with torch.no_grad():
+            for group in self._groups(seqs):
+                flat = self._token_logps([seqs[i] for i in group])
+                for i, logp in zip(group, flat.split([seqs[i].n_completion for i in group])):
+                    out[i] = logp
+        return out
+
+    def train_step(self, batch: list[TrainSample], progress: Progress | None = None) -> TrainStats:
+        self._require_model()
+        if self._optimizer is None:
+            raise BackendError("this model was loaded with trainable=False: load it again to train")
+        if all(s.advantage == 0.0 for s in batch):
+            return TrainStats(loss=0.0, tokens=0)
+        seqs = [self._encode_sample(s) for s in batch]
+        advantages = [s.advantage for s in batch]
+        parts = minibatch_parts(seqs, self._spec.optim, shuffle_seed(batch))
+        # A == 0 adds nothing to the loss or gradient: no forward pass, but its tokens count in the token mean.
+        reused = set(parts[0]) if self._reuses_first_pass else set()
+        pending = [i for i, a in enumerate(advantages) if a != 0.0 and i not in reused]
+        old = dict(zip(pending, self._old_logps([seqs[i] for i in pending])))
+        self._model.train()
+        steps = []
+        try:
+            for k, part in enumerate(parts, 1):
+                steps.append(self._minibatch_step(part, seqs, advantages, old))
+                if progress is not None:
+                    progress(k, len(parts))
+        finally:
+            self._model.eval()
+        return summarize(steps, tokens=sum(s.n_completion for s in seqs))
+
+    def _minibatch_step(self, part: list[int], seqs: list[Sequence], advantages: list[float], old: dict) -> Step:
+        """One optimizer step over the samples `part`; the token mean spans all of them, accumulated group by
+        group. `old` maps a sample to its old log-probs; one missing there (the round's first minibatch, see
+        the class docstring) takes this pass's own, detached, and keeps them in `old` for later epochs."""
+        import torch
+
+        from backends.torch.grpo_loss import grpo_loss
+
+        optim = self._spec.optim
+        total = sum(seqs[i].n_completion for i in part)
+        keep = [i for i in part if advantages[i] != 0.0]
+        if not keep:
+            return Step(0.0, total, 0.0, 0.0, False)
+        self._optimizer.zero_grad(set_to_none=True)
+        loss_sum = clipped = 0.0
+        for group in self._groups([seqs[i] for i in keep]):
+            members = [keep[j] for j in group]
+            logp = self._token_logps([seqs[i] for i in members])
+            for i, own in zip(members, logp.detach().split([seqs[i].n_completion for i in members])):
+                old.setdefault(i, own)
+            old_logp = torch.cat([old[i] for i in members])
+            adv = torch.cat([torch.full((seqs[i].n_completion,), advantages[i]) for i in members]).to(logp.device)
+            loss, fraction = grpo_loss(logp, old_logp, adv, clip_low=optim.clip_low, clip_high=optim.clip_high,
+                                       num_tokens=total)
+            loss.backward()
+            loss_sum += loss.item()
+            clipped += fraction.item() * logp.numel()
+        params = [p for group in self._optimizer.param_groups for p in group["params"]]
+        norm = float(torch.nn.utils.clip_grad_norm_(params, optim.max_grad_norm))
+        finite = math.isfinite(norm)
+        if finite:
+            self._optimizer.step()
+        else:
+            log.warning("skipped an optimizer step: the gradient norm is %s", norm)
+        self._optimizer.zero_grad(set_to_none=True)
+        return Step(loss_sum, total, clipped, norm, finite)
+
+    def save_adapter(self, folder: Path) -> None:
+        import torch
+
+        model = self._require_model()
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        model.save_pretrained(str(folder))  # adapter_config.json + adapter_model.safetensors
+        if self._optimizer is not None:
+            torch.save(self._optimizer.state_dict(), folder / OPTIMIZER_FILE)
+
+    def load_adapter(self, folder: Path) -> None:
+        from peft.utils import get_peft_model_state_dict, load_peft_weights, set_peft_model_state_dict
+        from safetensors import SafetensorError
+
+        model = self._require_model()
+        folder = Path(folder)
+        self._check_adapter_config(folder)
+        try:
+            state = load_peft_weights(str(folder), device=str(self._device))
+        except (OSError, ValueError, RuntimeError, SafetensorError) as exc:
+            raise BackendError(f"cannot read the adapter weights in {folder}: {exc}") from exc
+        expected = {k: tuple(v.shape) for k, v in get_peft_model_state_dict(model).items()}
+        found = {k: tuple(v.shape) for k, v in state.items()}
+        if found != expected:
+            raise BackendError(f"the adapter in {folder} does not fit this model and LoRA settings ({len(found)} "
+                               f"tensors, {len(expected)} expected): start a fresh adapter or use matching settings")
+        optimizer = self._read_optimizer(folder / OPTIMIZER_FILE)  # before any weight changes: all or nothing
+        set_peft_model_state_dict(model, state)
+        self._optimizer = optimizer
+        log.info("loaded adapter from %s", folder)
+
+    def _check_adapter_config(self, folder: Path) -> None:
+        config_file = folder / ADAPTER_CONFIG
+        if not config_file.is_file() or not any((folder / name).is_file() for name in ADAPTER_WEIGHTS):
+            raise BackendError(f"{folder} is not a LoRA adapter folder (it needs {ADAPTER_CONFIG} and "
+                               f"{ADAPTER_WEIGHTS[0]}): point to a folder written by save_adapter")
+        try:
+            config = json.loads(config_file.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise BackendError(f"cannot read {config_file}: {exc}") from exc
+        lora = self._spec.lora
+        if (config.get("r"), config.get("lora_alpha")) != (lora.rank, lora.alpha):
+            raise BackendError(f"the adapter in {folder} has rank {config.get('r')}, alpha {config.get('lora_alpha')}; "
+                               f"this model uses rank {lora.rank}, alpha {lora.alpha}: use matching LoRA settings")
+
+    def _read_optimizer(self, path: Path):
+        """A fresh optimizer (stale moments must not carry over to other weights) with `path`'s state;
+        None when the model is not trained (eval)."""
+        import torch
+
+        if self._optimizer is None:
+            return None
+        if not path.is_file():  # resetting Adam's moments silently would change training without a word
+            raise BackendError(f"the optimizer state {path.name} is missing from {path.parent}")
+        optimizer = self._new_optimizer()
+        try:
+            optimizer.load_state_dict(torch.load(path, map_location=self._device, weights_only=True))
+        except (OSError, RuntimeError, ValueError, KeyError, EOFError, pickle.UnpicklingError) as exc:
+            raise BackendError(f"the optimizer state {path} is unreadable ({exc})") from exc
+        return optimizer
+
+    def device(self) -> str:
+        return str(self._device) if self._device is not None else "cpu"
+
+    def token_logprobs(self, batch: list[TrainSample]) -> list[list[float]]:
+        self._require_model()
+        return [logp.tolist() for logp in self._old_logps([self._encode_sample(s) for s in batch])]
+
+    def memory(self) -> int:
+        if self._model is None:
+            return 0
+        sizes = [(p.numel() * p.element_size(), p.requires_grad) for p in self._model.parameters()]
+        moments = 2 if self._optimizer is not None else 0  # AdamW keeps two per trainable parameter
+        return sum(size * (1 + moments * trainable) for size, trainable in sizes)
+
+    def close(self) -> None:
+        if self._model is None:
+            return
+        on_cuda = self._device is not None and self._device.type == "cuda"
+        self._model = self._tok = self._optimizer = None
+        gc.collect()
+        if on_cuda:
+            import torch
+
+            torch.cuda.empty_cache()
+
+
+class _StepReporter:
+    """Turns the decode steps of one chunk of rows into `progress(done, total)` calls over the whole call;
+    a Cancelled raised by `progress` ends decoding between two steps."""
+
+    def __init__(self, progress: Progress | None, offset: int, total: int) -> None:
+        self.progress, self.offset, self.total = progress, offset, total
+
+    def step(self, done: int) -> None:
+        if self.progress is not None:
+            self.progress(self.offset + done, self.total)
+
+
+def has_dropout(model) -> bool:
+    """Whether a train-mode pass through `model` is random: a dropout layer with p > 0 (LoRA's included) or
+    a dropout rate in its config (attention dropout is applied as a rate, not by a layer)."""
+    import torch
+
+    if any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules()):
+        return True
+    config = model.config.get_text_config().to_dict()
+    return any(isinstance(v, (int, float)) and v > 0 for k, v in config.items() if k.endswith(("dropout", "pdrop")))

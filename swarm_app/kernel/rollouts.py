@@ -1,0 +1,84 @@
+"""`Rollout`: the one object the trainer and the peer module share.
+
+A rollout is the whole group of L completions for one question, as plain text. It carries no reward:
+every node re-scores what it trains on with its own verifier. JSON in and out, never pickle.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from swarm_app.kernel.tasks import TaskRef
+
+
+@dataclass(frozen=True)
+class Rollout:
+    ref: TaskRef
+    question: str
+    answer: str
+    completions: tuple[str, ...]
+    model_id: str
+    round: int
+    author: str
+    """Node id of the author; "" for this node's own rollouts before they are published."""
+    created_ms: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ref": self.ref.to_dict(), "question": self.question, "answer": self.answer,
+                "completions": list(self.completions), "model_id": self.model_id, "round": self.round,
+                "author": self.author, "created_ms": self.created_ms}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Rollout":
+        return cls(TaskRef.from_dict(data["ref"]), str(data["question"]), str(data["answer"]),
+                   tuple(str(c) for c in data["completions"]), str(data["model_id"]), int(data["round"]),
+                   str(data["author"]), int(data["created_ms"]))
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), ensure_ascii=False, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> "Rollout":
+        return cls.from_dict(json.loads(text))
+
+
+class RolloutExchange(Protocol):
+    """What the trainer needs from the swarm. The peer module implements it; tests use an inbox.
+
+    Both methods are called from the training thread and must be thread-safe and non-blocking.
+    """
+
+    def publish(self, rollout: Rollout) -> None:
+        """Share one own rollout group (fire and forget)."""
+
+    def sample(self, count: int) -> list[Rollout]:
+        """Up to `count` admitted peer rollouts: fresh, uniform, with a per-author cap."""
+
+    def record_used(self, rollout: Rollout, mean_advantage: float) -> None:
+        """The trainer used this peer rollout; `mean_advantage` is the mean |A| of its group here."""
+
+
+class Inbox:
+    """A local `RolloutExchange`: keeps what is published, hands out what a test put in."""
+
+    def __init__(self, pending: list[Rollout] | None = None) -> None:
+        self.published: list[Rollout] = []
+        self.pending: list[Rollout] = list(pending or [])
+        self.used: list[tuple[Rollout, float]] = []
+        self._lock = threading.Lock()
+
+    def publish(self, rollout: Rollout) -> None:
+        with self._lock:
+            self.published.append(rollout)
+
+    def sample(self, count: int) -> list[Rollout]:
+        with self._lock:
+            taken, self.pending = self.pending[:count], self.pending[count:]
+        return taken
+
+    def record_used(self, rollout: Rollout, mean_advantage: float) -> None:
+        with self._lock:
+            self.used.append((rollout, mean_advantage))

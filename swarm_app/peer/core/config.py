@@ -1,0 +1,83 @@
+"""`PeerConfig`: every knob of a peer node in one frozen dataclass, with the defaults of DESIGN §5.
+
+The session builds it from the [peer] settings (`run_setup.peer_config`); tests and the demo build it directly with faster
+intervals. This module only holds values and parses addresses; it starts nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from swarm_app.kernel.errors import UsageError
+from swarm_app.peer import DEFAULT_LISTEN, DEFAULT_PORT
+from swarm_app.peer.core.addressbook import parse_address
+from swarm_app.peer.core.admission import AdmissionLimits
+from swarm_app.peer.core.protocol import ProtocolConfig
+from swarm_app.peer.core.scores import ScorePolicy
+
+
+
+@dataclass(frozen=True)
+class PeerConfig:
+    listen: str = DEFAULT_LISTEN
+    """HOST:PORT the RSP server binds (port 0: any free port)."""
+    bootstrap: tuple[str, ...] = ()
+    """HOST:PORT of peers to dial first (`--peer`, repeatable)."""
+    mdns: bool = True
+    """Announce and find nodes on the LAN with mDNS."""
+    metrics_listen: str | None = None
+    """HOST:PORT of a separate /metrics server. None: /metrics on the RSP server, loopback clients only."""
+    identity_name: str = ""
+    """Which of this machine's node keys to use ("": the one key; "gpu-1": the node of GPU 1)."""
+    peer_table: bool = True
+    """Save known-good peer addresses between runs (in the user data dir unless a path is given)."""
+    protocol: ProtocolConfig = field(default_factory=ProtocolConfig)
+    limits: AdmissionLimits = field(default_factory=AdmissionLimits)
+    scores: ScorePolicy = field(default_factory=ScorePolicy)
+    sample_per_author_cap: int | None = None
+    """Most rollouts of one author in one `sample` call. None: ceil(count / authors available)."""
+    pool_max_entries: int = 4096
+    pool_max_bytes: int = 64 * 1024 * 1024
+    seen_capacity: int = 65536
+    tick_s: float = 0.25
+    """How often the core is asked what is due (dials, pulls, rotation)."""
+    handshake_timeout_s: float = 10.0
+    request_timeout_s: float = 5.0
+    """Total time for one HTTP request to a peer, and for one websocket send."""
+    heartbeat_s: float = 20.0
+    """Websocket ping interval; a peer that misses a pong is dropped."""
+    header_timeout_s: float = 5.0
+    """Seconds an HTTP connection may take to send a complete request, and may stay idle between requests."""
+    max_connections: int = 512
+    """Open server connections (HTTP and websockets) at most; lowered to fit the descriptor limit (gate.py)."""
+    max_connections_per_ip: int | None = None
+    """Open server connections from one IP. None: the websocket cap per IP plus 8 for HTTP requests."""
+    http_rate: float = 5.0
+    """HTTP requests per second per client IP (GET /info, /peers, /sample)."""
+    http_burst: float = 20.0
+
+    @property
+    def connections_per_ip(self) -> int:
+        return self.max_connections_per_ip or self.protocol.max_inbound_per_ip + 8
+
+    @property
+    def share(self) -> bool:
+        return self.protocol.share
+
+    def with_protocol(self, **changes: Any) -> "PeerConfig":
+        return dataclasses.replace(self, protocol=dataclasses.replace(self.protocol, **changes))
+
+
+def check_address(text: str, flag: str) -> str:
+    try:
+        parse_address(text)
+    except ValueError as exc:
+        raise UsageError(f"{flag} {text!r}: {exc}; write it as HOST:PORT, e.g. 192.168.1.20:{DEFAULT_PORT}") from None
+    return text.strip()
+
+
+def local_config(**protocol: Any) -> PeerConfig:
+    """A loopback node without mDNS or peer table, for tests and the demo; `protocol` overrides."""
+    return PeerConfig(listen="127.0.0.1:0", mdns=False, peer_table=False).with_protocol(**protocol)

@@ -1,0 +1,88 @@
+"""`ProtocolConfig`: the knobs of the node core, and the receive budgets derived from its send side.
+
+An honest node must never be penalized for traffic its peers' own settings allow, so nothing a receiver
+enforces is a free-standing number: the per-connection bucket (`conn_rate`, `conn_burst`) and the
+per-author bucket (`author_rate`, `author_burst`, applied by `fitted_limits`) are computed from what
+a node on the same settings may send (own pushes, pulls, pull answers), times `receive_headroom`, plus
+`delivery_jitter_s` of bunching. tests/peer/core/test_limits.py checks the relation and that two fast
+honest nodes never ban each other. Values only; nothing here runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from swarm_app.peer.core.admission import AdmissionLimits
+
+
+@dataclass(frozen=True)
+class ProtocolConfig:
+    target_outbound: int = 8
+    """Outbound websockets to keep open."""
+    push_fanout: int = 2
+    """Neighbours each own rollout is pushed to."""
+    pull_interval_s: float = 10.0
+    pull_max: int = 20
+    """Rollouts asked for per pull (one per author)."""
+    pull_timeout_s: float = 5.0
+    rotate_interval_s: float = 60.0
+    """Replace one outbound neighbour this often (when others are known)."""
+    exchange_interval_s: float = 30.0
+    """Ask a neighbour for its peer list this often."""
+    pull_cost: float = 5.0
+    """Tokens an incoming pull takes from the connection's bucket: answering one scans the pool."""
+    receive_headroom: float = 2.0
+    """Receive budgets (per connection, per author) are this many times what an honest node on the same
+    settings can send, so an honest sender never uses more than half of any of them."""
+    delivery_jitter_s: float = 10.0
+    """Seconds by which a sender's messages may arrive bunched (queueing, 2x the 5 s send timeout): this
+    much of its sustained rate is added to every receive burst."""
+    max_inbound: int = 64
+    max_inbound_per_ip: int = 8
+    share: bool = True
+    """Send own rollouts to peers (pushes and pull answers). False: only receive."""
+    own_push_rate: float = 4.0
+    """Own rollouts pushed per second at most: no faster than peers' per-author limit admits."""
+    own_push_burst: float = 128.0
+
+    # --- receive budgets, derived from the send side above: never a number that only fits by chance
+
+    @property
+    def pulls_per_s(self) -> float:
+        """Most pulls one node sends per second (the interval is drawn from 0.9..1.1 x pull_interval_s)."""
+        return 1.0 / (0.9 * self.pull_interval_s)
+
+    @property
+    def honest_conn_rate(self) -> float:
+        """Tokens per second an honest sender spends on one connection: every own push may go to the same
+        neighbour, plus its pulls (pull_cost each) and the samples answering ours (1 each)."""
+        return self.own_push_rate + self.pulls_per_s * (self.pull_cost + 1)
+
+    @property
+    def conn_rate(self) -> float:
+        """Tokens per second accepted on one connection, sustained (a message is 1, a pushed rollout 1)."""
+        return self.receive_headroom * self.honest_conn_rate
+
+    @property
+    def conn_burst(self) -> float:
+        # at the first moment: a full own-push burst, one pull, one sample and a bye, plus bunching
+        honest = self.own_push_burst + self.pull_cost + 2 + self.delivery_jitter_s * self.honest_conn_rate
+        return self.receive_headroom * honest
+
+    @property
+    def author_rate(self) -> float:
+        """Rollouts per second admitted per author: its own pushes plus one per pull answer (each holds at
+        most one rollout per author), times the headroom."""
+        return self.receive_headroom * (self.own_push_rate + self.pulls_per_s)
+
+    @property
+    def author_burst(self) -> float:
+        honest = self.own_push_burst + 1 + self.delivery_jitter_s * (self.own_push_rate + self.pulls_per_s)
+        return self.receive_headroom * honest
+
+
+def fitted_limits(limits: AdmissionLimits, config: ProtocolConfig) -> AdmissionLimits:
+    """`limits` with the per-author bucket raised to at least what an honest author on `config` may send."""
+    return dataclasses.replace(limits, author_rate=max(limits.author_rate, config.author_rate),
+                               author_burst=max(limits.author_burst, config.author_burst))

@@ -1,0 +1,390 @@
+"""The sans-IO RSP/1 node core: every protocol decision, none of the I/O.
+
+It owns the live connections (after the handshake), the address book, peer scores and bans, and the
+data plane: publish = sign, file in the pool, push to `push_fanout` random neighbours; every
+`pull_interval_s` ask one random neighbour for up to `pull_max` fresh rollouts (one per author,
+unheard authors first); answer pulls from the pool; admit what arrives and penalize what is rejected.
+Callers feed it events (`tick`, `on_frame`, `on_connected`, ...) with the current time and carry out
+the returned actions (actions.py: `Dial`, `Send`, `Close`, `FetchPeers`, `HttpPull`; `Admitted` is a
+notice).
+It never reads a clock, sleeps, opens a socket or raises on peer input; randomness comes from the
+injected `random.Random`, so a simulator can run thousands of cores deterministically.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections import Counter, OrderedDict, deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from swarm_app.peer.core.actions import Action, Admitted, Close, Dial, FetchPeers, HttpPull, Send
+from swarm_app.peer.core.addressbook import AddressBook, format_address, parse_address
+from swarm_app.peer.core.admission import Accepted, Admission
+from swarm_app.peer.core.identity import Identity
+from swarm_app.peer.core.limits import ProtocolConfig
+from swarm_app.peer.core.messages import MAX_HAVE, Bye, MessageError, Pull, Push, Sample, decode_frame, fit_items
+from swarm_app.peer.core.pool import PoolEntry
+from swarm_app.peer.core.ratelimit import TokenBucket
+from swarm_app.peer.core.scores import PeerBook, PeerRecord
+from swarm_app.peer.core.wire import WireError, item_from_json, parse_body, sign_rollout
+from swarm_app.kernel.rollouts import Rollout
+from swarm_app.kernel.tasks import HELDOUT_SEED
+
+log = logging.getLogger(__name__)
+
+MAX_EXCHANGE = 64
+"""Addresses taken from one peer list."""
+LATE_PULLS = 16
+"""Timed-out pull ids remembered per connection (one pull per 10 s: minutes of a slow peer)."""
+
+
+@dataclass
+class Connection:
+    conn: int
+    peer: str
+    direction: str
+    """"out" (this node dialed) or "in"."""
+    addr: str | None
+    """Where the peer can be dialed: the dialed address, or observed IP + announced port."""
+    opened: float
+    bucket: TokenBucket
+    pending: dict[int, float] = field(default_factory=dict)
+    """Pull request id -> deadline."""
+    timed_out: deque[int] = field(default_factory=lambda: deque(maxlen=LATE_PULLS))
+    """Ids of pulls that timed out: an answer to one is late, not unsolicited."""
+
+
+class NodeCore:
+    def __init__(self, identity: Identity, admission: Admission, config: ProtocolConfig, peers: PeerBook,
+                 addresses: AddressBook, rng: random.Random) -> None:
+        limits = admission.limits
+        if limits.author_rate < config.author_rate or limits.author_burst < config.author_burst:
+            raise ValueError("the per-author admission budget is below what an honest author may send; "
+                             "build the limits with limits.fitted_limits")
+        self.identity, self.admission, self.config = identity, admission, config
+        self.pool = admission.pool
+        self.peers, self.addresses, self.rng = peers, addresses, rng
+        self.conns: dict[int, Connection] = {}
+        self.by_peer: dict[str, int] = {}
+        self.dialing: set[str] = set()
+        self.inbound_by_ip: Counter[str] = Counter()
+        self.heard: OrderedDict[str, int] = OrderedDict()
+        self.counters: Counter[str] = Counter()
+        self.rejected: Counter[str] = Counter()
+        self._seq = 0
+        self._pull_id = 0
+        self._next_pull = self._next_exchange = self._next_rotate = self._next_expire = 0.0
+        self._own_push = TokenBucket(config.own_push_rate, config.own_push_burst, 0.0)
+
+    @property
+    def node_id(self) -> str:
+        return self.identity.node_id
+
+    # --- time-driven decisions
+
+    def tick(self, now: float) -> list[Action]:
+        actions: list[Action] = []
+        self._expire_pending(now)
+        actions += self._dials(now)
+        if now >= self._next_pull:
+            self._next_pull = now + self.config.pull_interval_s * self.rng.uniform(0.9, 1.1)
+            actions += self._pull(now)
+        if now >= self._next_exchange and self._outbound_addrs():
+            self._next_exchange = now + self.config.exchange_interval_s
+            actions.append(FetchPeers(self.rng.choice(self._outbound_addrs())))
+        if now >= self._next_rotate:
+            self._next_rotate = now + self.config.rotate_interval_s
+            actions += self._rotate(now)
+        if now >= self._next_expire:
+            self._next_expire = now + 5.0
+            self.pool.expire(int(now * 1000))
+            self.admission.seen.expire(int(now * 1000))
+        return actions
+
+    def _dials(self, now: float) -> list[Action]:
+        outbound = sum(c.direction == "out" for c in self.conns.values()) + len(self.dialing)
+        need = self.config.target_outbound - outbound
+        if need <= 0:
+            return []
+        candidates = self.addresses.candidates(now, lambda node: self._not_dialable(node, now), self.dialing)
+        chosen = self.rng.sample(candidates, min(need, len(candidates)))
+        self.dialing.update(chosen)
+        return [Dial(addr) for addr in chosen]
+
+    def _pull(self, now: float) -> list[Action]:
+        cutoff = int(now * 1000) - self.pool.max_age_ms
+        have = {a: ts for a, ts in self.heard.items() if ts >= cutoff}
+        if self.conns:
+            conn = self.conns[self.rng.choice(list(self.conns))]
+            self._pull_id += 1
+            conn.pending[self._pull_id] = now + self.config.pull_timeout_s
+            self.counters["pulls"] += 1
+            return [Send(conn.conn, {"t": "pull", "id": self._pull_id, "max": self.config.pull_max, "have": have})]
+        http_only = [s.addr for s in self.addresses.entries() if s.http_only]
+        if http_only:
+            self.counters["http_pulls"] += 1
+            return [HttpPull(self.rng.choice(http_only), have, self.config.pull_max)]
+        return []
+
+    def _rotate(self, now: float) -> list[Action]:
+        outbound = [c for c in self.conns.values() if c.direction == "out"]
+        if len(outbound) < self.config.target_outbound:
+            return []
+        if not self.addresses.candidates(now, lambda node: self._not_dialable(node, now), self.dialing):
+            return []
+        victim = self.rng.choice(outbound)
+        if victim.addr:
+            self.addresses.hold(victim.addr, now + self.config.rotate_interval_s)
+        return [Close(victim.conn, "rotate")]
+
+    def _not_dialable(self, node: str, now: float) -> bool:
+        return node == self.node_id or node in self.by_peer or self.peers.is_banned(node, now)
+
+    def _expire_pending(self, now: float) -> None:
+        for conn in self.conns.values():
+            for req, deadline in list(conn.pending.items()):
+                if deadline < now:
+                    del conn.pending[req]
+                    conn.timed_out.append(req)
+                    self.counters["pull_timeouts"] += 1
+
+    def _outbound_addrs(self) -> list[str]:
+        return [c.addr for c in self.conns.values() if c.direction == "out" and c.addr]
+
+    # --- connections
+
+    def reserve_inbound(self, ip: str) -> bool:
+        """Claim an inbound slot before the websocket upgrade; False when the caps are reached."""
+        if sum(self.inbound_by_ip.values()) >= self.config.max_inbound:
+            return False
+        if self.inbound_by_ip[ip] >= self.config.max_inbound_per_ip:
+            return False
+        self.inbound_by_ip[ip] += 1
+        return True
+
+    def release_inbound(self, ip: str) -> None:
+        self.inbound_by_ip[ip] -= 1
+        if self.inbound_by_ip[ip] <= 0:
+            del self.inbound_by_ip[ip]
+
+    def on_dial_failed(self, addr: str, now: float, http_only: bool = False, busy: bool = False) -> list[Action]:
+        """Back off from `addr`. A busy node (connection caps reached) is still asked for its peer list."""
+        self.dialing.discard(addr)
+        delay = self.addresses.failed(addr, now, http_only)
+        log.debug("dial %s failed; next try in %.1f s", addr, delay)
+        return [FetchPeers(addr)] if busy else []
+
+    def on_connected(self, conn: int, peer: str, direction: str, dialed: str | None, ip: str,
+                     listen: str | None, now: float) -> tuple[str | None, list[Action]]:
+        """Register a connection whose handshake succeeded. Returns (refusal reason or None, actions)."""
+        if dialed is not None:
+            self.dialing.discard(dialed)
+        if peer == self.node_id:
+            if dialed:
+                self.addresses.mark_own(dialed)
+            return "self", []
+        if self.peers.is_banned(peer, now):
+            if dialed:
+                self.addresses.hold(dialed, self.peers.get(peer, now).banned_until)
+            return "banned", []
+        actions: list[Action] = []
+        existing = self.conns.get(self.by_peer.get(peer, -1))
+        if existing is not None:
+            keeper = min(self.node_id, peer)  # both ends keep the connection dialed by the smaller id
+            new_dialer = self.node_id if direction == "out" else peer
+            old_dialer = self.node_id if existing.direction == "out" else peer
+            if new_dialer != keeper and old_dialer == keeper:
+                return "duplicate", []
+            actions.append(Close(existing.conn, "duplicate"))
+            self._forget(existing)
+        addr = dialed or self._announced_address(ip, listen)
+        if dialed:
+            self.addresses.succeeded(dialed, peer, now)
+        elif addr:
+            self.addresses.add(addr, "inbound", peer)
+        self.conns[conn] = Connection(conn, peer, direction, addr, now,
+                                      TokenBucket(self.config.conn_rate, self.config.conn_burst, now))
+        self.by_peer[peer] = conn
+        self.peers.get(peer, now).address = addr
+        if direction == "out" and len(self._outbound_addrs()) == 1:
+            self._next_exchange = now  # first way into the swarm: ask it who else is there
+        return None, actions
+
+    def on_disconnected(self, conn: int, now: float) -> None:
+        record = self.conns.get(conn)
+        if record is None:
+            return
+        self._forget(record)
+        if record.direction == "out" and record.addr:
+            if now - record.opened < 5.0:
+                self.addresses.failed(record.addr, now)  # dropped at once: do not hammer it
+            else:
+                self.addresses.hold(record.addr, now + self.addresses.backoff_base_s * self.rng.uniform(1, 2))
+
+    def _forget(self, conn: Connection) -> None:
+        self.conns.pop(conn.conn, None)
+        if self.by_peer.get(conn.peer) == conn.conn:
+            del self.by_peer[conn.peer]
+
+    @staticmethod
+    def _announced_address(ip: str, listen: str | None) -> str | None:
+        if not listen:
+            return None
+        try:
+            _, port = parse_address(listen)
+        except ValueError:
+            return None
+        return format_address(ip, port) if port else None
+
+    # --- frames from peers
+
+    def on_frame(self, conn: int, text: str, now: float) -> list[Action]:
+        """Handle one websocket text frame from an established connection."""
+        c = self.conns.get(conn)
+        if c is None:
+            return []
+        if not c.bucket.take(now):
+            return self._penalize(c, "conn_rate", now)
+        try:
+            msg = decode_frame(text)
+        except MessageError as exc:
+            return self._penalize(c, exc.reason, now)
+        if isinstance(msg, Push):  # unsolicited rollouts cost a token each: 64 per message is no loophole
+            if len(msg.items) > 1 and not c.bucket.take(now, len(msg.items) - 1):
+                return self._penalize(c, "conn_rate", now)
+            return self._receive(c, msg.items, True, now)
+        if isinstance(msg, Pull):
+            if not c.bucket.take(now, self.config.pull_cost - 1):
+                return self._penalize(c, "conn_rate", now)
+            return [self._answer_pull(c, msg, now)]
+        if isinstance(msg, Sample):
+            if c.pending.pop(msg.re, None) is None:
+                if msg.re not in c.timed_out:
+                    return self._penalize(c, "bad_message", now)
+                c.timed_out.remove(msg.re)  # a busy peer answering after pull_timeout_s: taken, not punished
+                self.counters["late_samples"] += 1
+            return self._receive(c, msg.items, False, now)
+        if isinstance(msg, Bye):
+            return [Close(conn, "")]
+        return self._penalize(c, "bad_message", now)  # a hello or proof after the handshake
+
+    def on_frame_error(self, conn: int, reason: str, now: float) -> list[Action]:
+        """A frame the transport refused (too large, binary): count it against the peer."""
+        c = self.conns.get(conn)
+        return self._penalize(c, reason, now) if c is not None else []
+
+    def on_http_sample(self, addr: str, items: list[Any], now: float) -> list[Action]:
+        """Rollouts from an HTTP fallback pull of `addr`."""
+        state = self.addresses.get(addr)
+        peer = state.node_id if state and state.node_id else f"@{addr}"
+        pseudo = Connection(-1, peer, "http", addr, now, TokenBucket(1, 1, now))
+        return [a for a in self._receive(pseudo, items, False, now) if not isinstance(a, Close)]
+
+    def _answer_pull(self, c: Connection, pull: Pull, now: float) -> Send:
+        self.counters["pulls_served"] += 1
+        signed = self.pool.for_pull(pull.have, min(pull.max, self.config.pull_max), int(now * 1000), c.peer, self.rng)
+        return Send(c.conn, {"t": "sample", "re": pull.id, "items": fit_items([s.to_item() for s in signed])})
+
+    def _receive(self, c: Connection, items: list[Any], pushed: bool, now: float) -> list[Action]:
+        sender = self.peers.get(c.peer, now)
+        now_ms = int(now * 1000)
+        actions: list[Action] = []
+        for item in items:
+            sender.received += 1
+            try:
+                verdict = self.admission.admit(item_from_json(item), c.peer, now_ms)
+            except WireError as exc:
+                actions += self._penalize(c, exc.reason, now)
+            else:
+                if isinstance(verdict, Accepted):
+                    self._note_accepted(sender, verdict.entry, now)
+                    actions.append(Admitted(verdict.entry, pushed))
+                else:
+                    scale = 0.0 if verdict.reason == "author_rate" and not pushed else 1.0
+                    actions += self._penalize(c, verdict.reason, now, scale)
+            if any(isinstance(a, Close) for a in actions):
+                break  # banned: the rest of the message is not looked at
+        return actions
+
+    def _note_accepted(self, sender: PeerRecord, entry: PoolEntry, now: float) -> None:
+        sender.accepted += 1
+        self.counters["accepted"] += 1
+        self.peers.get(entry.author, now).authored += 1
+        self.heard[entry.author] = max(entry.ts_ms, self.heard.pop(entry.author, 0))
+        while len(self.heard) > MAX_HAVE:
+            self.heard.popitem(last=False)
+
+    def _penalize(self, c: Connection, reason: str, now: float, scale: float = 1.0) -> list[Action]:
+        self.rejected[reason] += 1
+        record = self.peers.get(c.peer, now)
+        if scale == 0.0:
+            record.rejected[reason] += 1
+            return []
+        if not self.peers.penalize(c.peer, reason, now):
+            return []
+        log.warning("peer %s banned for %.0f s after repeated rejections (%s)",
+                    c.peer[:12], record.banned_until - now, dict(record.rejected))
+        if c.addr:
+            self.addresses.hold(c.addr, record.banned_until)
+        self.counters["bans"] += 1
+        return [Close(c.conn, "offender")] if c.conn in self.conns else []
+
+    # --- own rollouts and training
+
+    def publish(self, rollout: Rollout, now: float) -> list[Action]:
+        """Sign an own rollout, file it, push it. Nothing when sharing is off."""
+        if not self.config.share:
+            self.counters["unshared"] += 1
+            return []
+        if rollout.ref.seed >= HELDOUT_SEED:  # a bug upstream: held-out items must never leave this node
+            self.counters["heldout_dropped"] += 1
+            (log.warning if self.counters["heldout_dropped"] == 1 else log.debug)(
+                "own rollout for held-out item %s #%d not shared: seed %d is reserved for evaluation",
+                rollout.ref.dataset, rollout.ref.index, rollout.ref.seed)
+            return []
+        now_ms = int(now * 1000)
+        self._seq = max(self._seq + 1, now_ms * 1000)  # clock-derived: a restart never reuses a number
+        try:
+            signed = sign_rollout(self.identity, rollout, self._seq, now_ms)
+        except WireError as exc:
+            log.warning("own rollout not shared: %s (limit: 64 KiB per group)", exc)
+            self.counters["own_rejected"] += 1
+            return []
+        self.admission.admit_own(parse_body(signed.body), signed)
+        self.counters["published"] += 1
+        if not self.conns or not self._own_push.take(now):
+            return []
+        targets = self.rng.sample(list(self.conns), min(self.config.push_fanout, len(self.conns)))
+        self.counters["pushes"] += len(targets)
+        return [Send(t, {"t": "push", "items": [signed.to_item()]}) for t in targets]
+
+    def record_used(self, author: str, mean_advantage: float, now: float) -> None:
+        record = self.peers.get(author, now)
+        record.used += 1
+        record.advantage_sum += mean_advantage
+
+    # --- discovery
+
+    def on_peer_list(self, entries: Any) -> int:
+        """Addresses from a peer's GET /peers answer; returns how many were new."""
+        added = 0
+        for entry in (entries if isinstance(entries, list) else [])[:MAX_EXCHANGE]:
+            if not isinstance(entry, dict) or not isinstance(entry.get("addr"), str) or len(entry["addr"]) > 300:
+                continue
+            node = entry.get("node") if isinstance(entry.get("node"), str) and len(entry["node"]) <= 64 else None
+            if node == self.node_id:
+                continue
+            fresh = entry["addr"] not in self.addresses
+            added += fresh and self.addresses.add(entry["addr"], "exchange", node) is not None
+        return added
+
+    def peer_list(self, limit: int = MAX_EXCHANGE) -> list[dict[str, Any]]:
+        """This node's answer to GET /peers: neighbours first, then addresses that worked."""
+        listed = [{"node": c.peer, "addr": c.addr, "verified": c.direction == "out"}
+                  for c in self.conns.values() if c.addr]
+        seen = {e["addr"] for e in listed}
+        listed += [{"node": s.node_id, "addr": s.addr, "verified": True} for s in self.addresses.entries()
+                   if s.last_ok > 0 and s.addr not in seen]
+        return listed[:limit]

@@ -1,0 +1,87 @@
+"""Read-only snapshots of a peer node for the views (TUI peers table, headless lines, tests).
+
+Plain frozen dataclasses built from the core's state in one pass; holding one never keeps the node's
+live state alive or lets a view change it. Built on the event loop thread (see PeerNode.stats).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from swarm_app.peer.io.node import PeerNode
+
+
+@dataclass(frozen=True)
+class PeerSnapshot:
+    """One row of the peers table. received/accepted/rejected count what this peer delivered;
+    authored/used/mean_advantage count rollouts it wrote, whoever delivered them."""
+
+    node_id: str
+    address: str | None
+    connected: bool
+    direction: str | None
+    """"in", "out" or None when not connected."""
+    score: float
+    """Minus the current offense points: 0 is clean; the peer is banned at -offense_limit."""
+    banned: bool
+    received: int
+    accepted: int
+    rejected: dict[str, int]
+    authored: int
+    used: int
+    mean_advantage: float | None
+    last_seen: float = 0.0
+    """Clock time (the node's clock, Unix seconds) this node last heard from the peer; 0: never."""
+    reachable: bool = False
+    """This node has dialed the peer's address successfully (others can reach it too)."""
+    latency_ms: float | None = None
+    """Round-trip time of the last websocket ping, when measured."""
+
+
+@dataclass(frozen=True)
+class NodeStats:
+    node_id: str
+    address: str | None
+    sharing: bool
+    inbound: int
+    outbound: int
+    known_addresses: int
+    pool_size: int
+    pool_bytes: int
+    seen_size: int
+    published: int
+    """Own rollouts signed and offered (whether or not any peer was connected)."""
+    sent: int
+    """Copies of own rollouts pushed to connected peers (each rollout goes to up to push_fanout of them)."""
+    accepted: int
+    rejected: dict[str, int]
+    """Node-wide rejections by reason (rollouts, messages and handshakes)."""
+    bans: int
+    peers: tuple[PeerSnapshot, ...]
+
+    @property
+    def neighbours(self) -> int:
+        return self.inbound + self.outbound
+
+
+def _dialed_ok(core, address: str | None) -> bool:
+    entry = core.addresses.get(address) if address else None
+    return bool(entry is not None and entry.last_ok > 0)
+
+
+def snapshot(node: "PeerNode") -> NodeStats:
+    core, now = node.core, node.clock()
+    connected = {c.peer: c.direction for c in core.conns.values()}
+    rows = tuple(
+        PeerSnapshot(r.node_id, r.address, r.node_id in connected, connected.get(r.node_id),
+                     -round(r.offense.value(now), 3), r.is_banned(now), r.received, r.accepted,
+                     dict(r.rejected), r.authored, r.used, r.mean_advantage, r.last_seen,
+                     _dialed_ok(core, r.address), r.latency_ms)
+        for r in core.peers.records() if r.node_id != core.node_id)
+    directions = list(connected.values())
+    return NodeStats(core.node_id, node.address, core.config.share, directions.count("in"), directions.count("out"),
+                     len(core.addresses), len(node.pool), node.pool.nbytes, len(core.admission.seen),
+                     core.counters["published"], core.counters["pushes"], core.counters["accepted"], dict(core.rejected),
+                     core.counters["bans"], rows)

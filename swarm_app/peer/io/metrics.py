@@ -1,0 +1,71 @@
+"""Prometheus metrics of one peer node, in a registry of its own (tests run many nodes per process).
+
+A custom collector reads the node's counters at scrape time, so the hot paths keep plain integers
+and nothing here can drift from what `PeerNode.stats()` shows. Labels are reasons and directions,
+never peer ids (unbounded cardinality). This module does not serve HTTP (server.py does).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterator
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+if TYPE_CHECKING:
+    from swarm_app.peer.io.node import PeerNode
+
+COUNTERS = {
+    "published": "Own rollouts signed and shared",
+    "pushes": "Push messages sent",
+    "pulls": "Pull requests sent over websockets",
+    "http_pulls": "HTTP fallback pulls sent",
+    "pulls_served": "Pull requests answered",
+    "accepted": "Peer rollouts admitted to the pool",
+    "bans": "Peers disconnected and banned for repeated rejections",
+    "send_dropped": "Outgoing messages dropped because a peer's send queue was full",
+    "dial_failures": "Outbound connection attempts that failed",
+    "late_samples": "Pull answers that came after pull_timeout_s (taken, not punished)",
+    "heldout_dropped": "Own rollouts for held-out items that were not shared",
+    "http_malformed": "HTTP requests refused as malformed (400 or a close)",
+}
+
+
+class NodeCollector:
+    def __init__(self, node: "PeerNode") -> None:
+        self.node = node
+
+    def collect(self) -> Iterator[Metric]:
+        core = self.node.core
+        for name, doc in COUNTERS.items():
+            family = CounterMetricFamily(f"rsp_{name}", doc)
+            family.add_metric([], core.counters[name])
+            yield family
+        rejected = CounterMetricFamily("rsp_rejected", "Rollouts and messages rejected, by reason", labels=["reason"])
+        for reason, count in sorted(core.rejected.items()):
+            rejected.add_metric([reason], count)
+        yield rejected
+        neighbours = GaugeMetricFamily("rsp_neighbours", "Open peer connections", labels=["direction"])
+        for direction in ("in", "out"):
+            neighbours.add_metric([direction], sum(c.direction == direction for c in core.conns.values()))
+        yield neighbours
+        yield GaugeMetricFamily("rsp_pool_rollouts", "Rollouts in the pool", value=len(self.node.pool))
+        yield GaugeMetricFamily("rsp_pool_bytes", "Body bytes in the pool", value=self.node.pool.nbytes)
+        yield GaugeMetricFamily("rsp_seen_entries", "Entries in the seen-cache", value=len(core.admission.seen))
+        yield GaugeMetricFamily("rsp_known_addresses", "Addresses in the address book", value=len(core.addresses))
+        gate = self.node.gate
+        yield GaugeMetricFamily("rsp_server_connections", "Open TCP connections to the servers", value=gate.open)
+        refused = CounterMetricFamily("rsp_connections_refused", "TCP connections closed unread, by cap", labels=["cap"])
+        for cap in ("per_ip", "total"):
+            refused.add_metric([cap], gate.refused[cap])
+        yield refused
+
+
+class NodeMetrics:
+    def __init__(self, node: "PeerNode") -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(NodeCollector(node))
+
+    def render(self) -> tuple[bytes, str]:
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST

@@ -1,0 +1,411 @@
+"""`PeerNode`: the RSP/1 node on one asyncio loop, and the trainer's `RolloutExchange`.
+
+It wires the sans-IO core (protocol.NodeCore) to aiohttp: runs the server, dials peers, reads and
+writes websockets (one bounded send queue and writer task per connection), runs HTTP side calls,
+mDNS and the peer table, and carries out the core's actions. `publish`, `sample` and `record_used`
+are safe to call from the training thread and never block or raise: work crosses to the loop with
+call_soon_threadsafe, and the pool has its own lock. It makes no protocol decision of its own.
+
+Constructor (what the session calls):
+    PeerNode(config, identity, *, peer_table_path=None, clock=time.time, rng=None, regenerate_task=regenerate)
+    PeerNode.from_config(config, identity=None)  # identity from the keyring / key file, table in the data dir
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import random
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, AsyncIterator, Callable, Coroutine
+
+import aiohttp
+from aiohttp import web
+
+from swarm_app.kernel.errors import SwarmError
+from swarm_app.kernel.paths import user_dirs
+from swarm_app.peer.io import client, discovery, server
+from swarm_app.peer.io.gate import ConnectionGate, GatedSite, descriptor_budget, gated_runner, soft_descriptor_limit
+from swarm_app.peer.core.addressbook import AddressBook, format_address, parse_address
+from swarm_app.peer.core.admission import Admission
+from swarm_app.peer.core.config import PeerConfig
+from swarm_app.peer.core.identity import Identity, IdentityStore
+from swarm_app.peer.core.limits import fitted_limits
+from swarm_app.peer.core.messages import HandshakeError, Hello, MessageError, encode
+from swarm_app.peer.io.metrics import NodeMetrics
+from swarm_app.peer.core.pool import PoolEntry, RolloutPool, SeenCache
+from swarm_app.peer.core.actions import Action, Admitted, Close, Dial, FetchPeers, HttpPull, Send
+from swarm_app.peer.core.protocol import NodeCore
+from swarm_app.peer.core.scores import PeerBook
+from swarm_app.peer.core.stats import NodeStats, snapshot
+from swarm_app.kernel.rollouts import Rollout
+from swarm_app.kernel.tasks import Task, TaskRef, regenerate
+
+log = logging.getLogger(__name__)
+
+SEND_QUEUE = 256
+"""Messages waiting for one peer; beyond this they are dropped (a slow peer must not grow memory)."""
+SEND_QUEUE_BYTES = 8 * 1024 * 1024
+"""Bytes waiting for one peer: a peer that asks for samples and never reads gets nothing more."""
+TABLE_SAVE_S = 300.0
+
+Listener = Callable[[PoolEntry, bool], None]
+
+
+@dataclass
+class Link:
+    ws: Any
+    queue: asyncio.Queue
+    writer: asyncio.Task | None = None
+    queued_bytes: int = 0
+
+
+class PeerNode:
+    """One swarm node. Implements `swarm_app.kernel.rollouts.RolloutExchange`."""
+
+    def __init__(self, config: PeerConfig, identity: Identity, *, peer_table_path: Path | None = None,
+                 clock: Callable[[], float] = time.time, rng: random.Random | None = None,
+                 regenerate_task: Callable[[TaskRef], Task] = regenerate) -> None:
+        self.config, self.identity, self.clock = config, identity, clock
+        self.rng = rng or random.Random()
+        self.peer_table_path = peer_table_path
+        self.pool = RolloutPool(identity.node_id, config.pool_max_entries, config.pool_max_bytes, config.limits.past_ms)
+        admission = Admission(self.pool, SeenCache(config.seen_capacity, config.limits.past_ms),
+                              fitted_limits(config.limits, config.protocol), regenerate_task)
+        addresses = AddressBook(self.rng, backoff_base_s=1.0, backoff_max_s=300.0)
+        self.core = NodeCore(identity, admission, config.protocol, PeerBook(config.scores, self.rng),
+                             addresses, self.rng)
+        self.metrics = NodeMetrics(self)
+        self.gate = ConnectionGate(config.connections_per_ip,
+                                   min(config.max_connections, descriptor_budget(soft_descriptor_limit())))
+        """Caps on open server connections (all HTTP, websockets included), shared by both servers."""
+        self.address: str | None = None
+        """HOST:PORT the server is bound to (the real port when the config asked for port 0)."""
+        self.metrics_address: str | None = None
+        """HOST:PORT of the separate /metrics server, when `metrics_listen` is set."""
+        self.stopping = False
+        self._sample_rng = random.Random(self.rng.random())
+        self._sample_lock = threading.Lock()
+        self._listeners: list[Listener] = []
+        self._links: dict[int, Link] = {}
+        self._tasks: set[asyncio.Task] = set()
+        self._next_conn = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runners: list[web.AppRunner] = []
+        self._session: aiohttp.ClientSession | None = None
+        self._mdns: discovery.MdnsDiscovery | None = None
+        for addr in config.bootstrap:
+            addresses.add(addr, "bootstrap")
+
+    @classmethod
+    def from_config(cls, config: PeerConfig, identity: Identity | None = None) -> "PeerNode":
+        """The node of this user: identity from its store (unless given), peer table in the data dir
+        (if enabled). Two nodes in one process need two identities: same key, same node id, and they
+        refuse each other as "self"."""
+        if identity is None:
+            loaded = IdentityStore(name=config.identity_name).load_or_create()
+            log.info("node id %s (key in %s)", loaded.identity.node_id, loaded.store)
+            identity = loaded.identity
+        table = user_dirs().data / discovery.PEER_TABLE_NAME if config.peer_table else None
+        return cls(config, identity, peer_table_path=table)
+
+    @property
+    def node_id(self) -> str:
+        return self.identity.node_id
+
+    # --- lifecycle
+
+    async def start(self) -> None:
+        """Bind the server and start discovery. Raises SwarmError only when the listen address is unusable."""
+        self._loop = asyncio.get_running_loop()
+        self._ready = asyncio.Event()
+        host, port = parse_address(self.config.listen)
+        if self.peer_table_path is not None:
+            discovery.load_peer_table(self.peer_table_path, self.core.addresses)
+        runner = await self._serve_app(server.create_app(self), host, port, "--listen")
+        bound_port = runner.addresses[0][1]
+        self.address = format_address(host, bound_port)
+        for own_host in {host, "127.0.0.1", "localhost", "0.0.0.0"}:
+            self.core.addresses.mark_own(format_address(own_host, bound_port))
+        if self.config.metrics_listen:
+            metrics_host, metrics_port = parse_address(self.config.metrics_listen)
+            metrics = await self._serve_app(server.metrics_app(self), metrics_host, metrics_port, "--metrics-listen")
+            self.metrics_address = format_address(metrics_host, metrics.addresses[0][1])
+        if self.config.mdns:
+            self._mdns = discovery.MdnsDiscovery(self.node_id, host, bound_port, self._found_on_lan)
+            if not await self._mdns.start():
+                self._mdns = None
+        self._ready.set()
+        log.info("peer node %s listening on %s", self.node_id[:12], self.address)
+
+    async def _serve_app(self, app: web.Application, host: str, port: int, flag: str) -> web.AppRunner:
+        runner = gated_runner(app, self.gate, self.config.header_timeout_s, self._count_malformed)
+        await runner.setup()
+        self._runners.append(runner)
+        try:
+            await GatedSite(runner, host, port, self.gate).start()
+        except OSError as exc:
+            await self.stop()
+            raise SwarmError(f"cannot listen on {format_address(host, port)}: {exc.strerror or exc}; "
+                             f"choose another address or port with {flag}", title="Network") from None
+        return runner
+
+    def _count_malformed(self) -> None:
+        self.core.counters["http_malformed"] += 1
+
+    async def background(self, app: web.Application) -> AsyncIterator[None]:
+        """cleanup_ctx of the server app: the shared ClientSession and the tick loop live and die with it."""
+        timeout = aiohttp.ClientTimeout(total=None, connect=self.config.request_timeout_s,
+                                        sock_connect=self.config.request_timeout_s)
+        self._session = aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=0))
+        ticker = asyncio.create_task(self._tick_loop(), name=f"rsp-tick-{self.node_id[:8]}")
+        try:
+            yield
+        finally:
+            ticker.cancel()
+            pending = [ticker, *self._tasks]
+            for task in self._tasks:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+            await self._session.close()
+
+    async def stop(self) -> None:
+        """Say bye to every peer, close everything, save the peer table. Safe to call twice."""
+        if self.stopping:
+            return
+        self.stopping = True
+        for conn in list(self._links):
+            self._close(conn, "shutdown")
+        writers = [link.writer for link in self._links.values() if link.writer is not None]
+        if writers:
+            await asyncio.wait(writers, timeout=1.0)
+        if self._mdns is not None:
+            await self._mdns.stop()
+        for runner in reversed(self._runners):
+            await runner.cleanup()
+        self._runners.clear()
+        if self.peer_table_path is not None:
+            discovery.save_peer_table(self.peer_table_path, self.core.addresses)
+
+    async def _tick_loop(self) -> None:
+        await self._ready.wait()  # no dial before the server is bound: a hello must announce our port
+        last_save = self.clock()
+        while True:
+            now = self.clock()
+            try:
+                self._execute(self.core.tick(now))
+            except Exception:  # a bug in one tick must not end networking for the rest of the run
+                log.exception("peer tick failed; continuing")
+            if self.peer_table_path is not None and now - last_save > TABLE_SAVE_S:
+                last_save = now
+                discovery.save_peer_table(self.peer_table_path, self.core.addresses)
+            await asyncio.sleep(self.config.tick_s)
+
+    # --- RolloutExchange (training thread)
+
+    def publish(self, rollout: Rollout) -> None:
+        """Share one own rollout group: signed with this node's key (author filled in), pushed, served."""
+        loop = self._loop
+        if loop is None or self.stopping:
+            log.debug("rollout not shared: the peer node is not running")
+            return
+        try:
+            loop.call_soon_threadsafe(self._publish_now, rollout)
+        except RuntimeError:  # the loop closed between the check and the call
+            log.debug("rollout not shared: the event loop is closed")
+
+    def sample(self, count: int) -> list[Rollout]:
+        """Up to `count` admitted peer rollouts, fresh, uniform with a per-author cap, each given once."""
+        with self._sample_lock:
+            return self.pool.sample(count, int(self.clock() * 1000), self._sample_rng,
+                                    self.config.sample_per_author_cap)
+
+    def record_used(self, rollout: Rollout, mean_advantage: float) -> None:
+        """The trainer used this peer rollout; `mean_advantage` is its group's figure for the views."""
+        loop = self._loop
+        if loop is None or not rollout.author or rollout.author == self.node_id:
+            return
+        try:
+            loop.call_soon_threadsafe(self.core.record_used, rollout.author, float(mean_advantage), self.clock())
+        except RuntimeError:
+            log.debug("usage not recorded: the event loop is closed")
+
+    def _publish_now(self, rollout: Rollout) -> None:
+        self._execute(self.core.publish(rollout, self.clock()))
+
+    # --- views and control (event loop thread)
+
+    def stats(self) -> NodeStats:
+        """A snapshot for the views. Call it on the event loop thread."""
+        return snapshot(self)
+
+    def add_listener(self, listener: Listener) -> None:
+        """`listener(entry, pushed)` runs on the loop for every admitted peer rollout."""
+        self._listeners.append(listener)
+
+    def add_peer(self, addr: str) -> None:
+        self.core.addresses.add(addr, "bootstrap")
+
+    def set_sharing(self, share: bool) -> None:
+        self.core.config = dataclasses.replace(self.core.config, share=share)
+
+    def _found_on_lan(self, addr: str, node_id: str | None) -> None:
+        if node_id != self.node_id:
+            self.core.addresses.add(addr, "mdns", node_id)
+
+    # --- actions
+
+    def _execute(self, actions: list[Action]) -> None:
+        for action in actions:
+            if isinstance(action, Send):
+                self._send(action.conn, action.message)
+            elif isinstance(action, Close):
+                self._close(action.conn, action.reason)
+            elif isinstance(action, Admitted):
+                self._notify(action)
+            elif isinstance(action, Dial):
+                self._spawn(self._dial(action.addr))
+            elif isinstance(action, FetchPeers):
+                self._spawn(self._fetch_peers(action.addr))
+            elif isinstance(action, HttpPull):
+                self._spawn(self._http_pull(action))
+
+    def _spawn(self, coro: Coroutine) -> None:
+        if self.stopping or self._session is None:
+            coro.close()
+            return
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _notify(self, action: Admitted) -> None:
+        for listener in self._listeners:
+            try:
+                listener(action.entry, action.pushed)
+            except Exception:  # a view's bug must not break admission
+                log.exception("rollout listener failed")
+
+    def _send(self, conn: int, message: dict) -> None:
+        link = self._links.get(conn)
+        if link is None:
+            return
+        text = encode(message)
+        if link.queued_bytes + len(text) > SEND_QUEUE_BYTES:
+            self.core.counters["send_dropped"] += 1
+            return
+        try:
+            link.queue.put_nowait(text)
+        except asyncio.QueueFull:
+            self.core.counters["send_dropped"] += 1
+            return
+        link.queued_bytes += len(text)
+
+    def _close(self, conn: int, reason: str) -> None:
+        link = self._links.get(conn)
+        if link is None:
+            return
+        try:
+            if reason:
+                link.queue.put_nowait(encode({"t": "bye", "reason": reason}))
+            link.queue.put_nowait(None)
+        except asyncio.QueueFull:
+            if link.writer is not None:
+                link.writer.cancel()  # its finally closes the socket
+
+    # --- connections
+
+    async def _dial(self, addr: str) -> None:
+        assert self._session is not None
+        try:
+            ws, hello, rtt_s = await client.dial(self._session, addr, self.identity, self.address,
+                                                 self.config.handshake_timeout_s, self.config.heartbeat_s)
+        except client.PeerUnavailable as exc:
+            self.core.counters["dial_failures"] += 1
+            self._execute(self.core.on_dial_failed(addr, self.clock(), exc.http_only, exc.busy))
+            log.debug("%s", exc)
+            return
+        except (HandshakeError, MessageError) as exc:
+            self.core.rejected["handshake"] += 1
+            self.core.on_dial_failed(addr, self.clock())
+            log.info("peer at %s failed the hello: %s", addr, exc)
+            return
+        await self.serve(ws, hello, "out", addr, parse_address(addr)[0], rtt_s=rtt_s)
+
+    async def serve(self, ws: Any, hello: Hello, direction: str, dialed: str | None, ip: str,
+                    rtt_s: float | None = None) -> None:
+        """Run one established connection until it closes (both directions use this); `rtt_s` is the
+        hello's round trip, kept as the peer's latency for the views."""
+        self._next_conn += 1
+        conn = self._next_conn
+        refusal, actions = self.core.on_connected(conn, hello.node, direction, dialed, ip, hello.listen, self.clock())
+        if refusal is not None:
+            if refusal == "self" and dialed:
+                log.info("%s answered with this node's own id: our own address, or another node using "
+                         "the same key (an identity imported on two machines?)", dialed)
+            await client.bye_and_close(ws, refusal, self.config.request_timeout_s)
+            return
+        if rtt_s is not None:
+            self.core.peers.get(hello.node, self.clock()).latency_ms = round(rtt_s * 1000, 1)
+        link = self._links[conn] = Link(ws, asyncio.Queue(maxsize=SEND_QUEUE))
+        link.writer = asyncio.get_running_loop().create_task(self._writer(link))
+        self._execute(actions)
+        log.info("peer %s connected (%s, %s)", hello.node[:12], direction, dialed or ip)
+        try:
+            async for msg in ws:  # ends on close; an oversized frame arrives as one ERROR message first
+                self._on_message(conn, msg)
+        finally:
+            del self._links[conn]
+            self.core.on_disconnected(conn, self.clock())
+            link.writer.cancel()
+            await asyncio.gather(link.writer, return_exceptions=True)
+            log.info("peer %s disconnected", hello.node[:12])
+
+    def _on_message(self, conn: int, msg: aiohttp.WSMessage) -> None:
+        now = self.clock()
+        try:
+            if msg.type == aiohttp.WSMsgType.TEXT:
+                self._execute(self.core.on_frame(conn, msg.data, now))
+            elif msg.type == aiohttp.WSMsgType.BINARY:
+                self._execute(self.core.on_frame_error(conn, "bad_message", now))
+            elif msg.type == aiohttp.WSMsgType.ERROR:
+                too_big = getattr(msg.data, "code", None) == aiohttp.WSCloseCode.MESSAGE_TOO_BIG
+                self._execute(self.core.on_frame_error(conn, "frame_too_large" if too_big else "bad_message", now))
+        except Exception:  # the core must not raise on peer input; if it does, drop this peer, not the node
+            log.exception("handling a message from connection %d failed; closing it", conn)
+            self._close(conn, "internal error")
+
+    async def _writer(self, link: Link) -> None:
+        try:
+            while (text := await link.queue.get()) is not None:
+                link.queued_bytes -= len(text)
+                async with asyncio.timeout(self.config.request_timeout_s):  # a peer that stops reading is dropped
+                    await link.ws.send_str(text)
+        except (ConnectionError, TimeoutError, aiohttp.ClientError) as exc:
+            log.debug("send failed: %r", exc)
+        finally:
+            await link.ws.close()
+
+    async def _fetch_peers(self, addr: str) -> None:
+        assert self._session is not None
+        try:
+            entries = await client.fetch_peers(self._session, addr, self.config.request_timeout_s)
+        except client.PeerUnavailable as exc:
+            log.debug("peer exchange with %s failed: %s", addr, exc)
+            return
+        self.core.on_peer_list(entries)
+
+    async def _http_pull(self, action: HttpPull) -> None:
+        assert self._session is not None
+        try:
+            items = await client.fetch_sample(self._session, action.addr, action.have, action.max,
+                                              self.config.request_timeout_s)
+        except client.PeerUnavailable as exc:
+            log.debug("HTTP pull from %s failed: %s", action.addr, exc)
+            self.core.on_dial_failed(action.addr, self.clock())
+            return
+        self._execute(self.core.on_http_sample(action.addr, items, self.clock()))
+

@@ -1,0 +1,236 @@
+"""`swarm doctor [--json]`: what this machine has, which engine runs here and why, and what is missing.
+
+Owns the report: hardware, every known engine (installed, usable, why not, the exact install command),
+the engine `auto` picks and the recommended sizing, the model `--model` resolves to, the user paths,
+whether the listen port is free and whether bootstrap peers answer a TCP connect (2 s each, all at
+once). It loads no model and imports no engine's heavy modules, so it answers in about a second; with
+`pace=True` it also loads the model on the chosen engine and times one probe round (1 question x L
+completions, scaled to the recommended I) for a seconds-per-round and rounds-per-hour estimate.
+Must not write anything or change settings; swarm_app/commands/doctor.py prints the report.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from backends import registry
+from backends.base import BackendError, Hardware
+from swarm_app.kernel import hardware, sizing
+from swarm_app.kernel.errors import SwarmError
+from swarm_app.kernel.paths import user_dirs
+from swarm_app.kernel.settings import Settings
+
+PEER_TIMEOUT_S = 2.0
+ENGINE_MODULES = {"torch": ("torch", "transformers", "peft"), "mlx": ("mlx", "mlx_lm"),
+                  "llama_cpp": ("llama_cpp", "gguf"), "fake": ()}
+PYTORCH_INDEX = "https://download.pytorch.org/whl"
+PACE_HINT = "not probed: `swarm doctor --pace` loads the model and times a probe round"
+
+
+def torch_install_command(hw: Hardware) -> str:
+    """pip command for the right torch build: CUDA on NVIDIA, PyPI on a Mac, the CPU build elsewhere
+    (the same rule as tools/installer.py, which a fresh machine runs before this package exists)."""
+    if hw.system == "Darwin":
+        return "pip install torch"
+    index = cuda_index(hw.cuda_driver) if hw.cuda else None
+    if index:
+        return f"pip install --force-reinstall torch --index-url {PYTORCH_INDEX}/{index}"
+    if hw.cuda:
+        return f"update the NVIDIA driver to 525 or newer, then: pip install torch --index-url {PYTORCH_INDEX}/cu124"
+    return f"pip install torch --index-url {PYTORCH_INDEX}/cpu"
+
+
+def cuda_index(driver: str) -> str | None:
+    """The newest PyTorch CUDA index this driver runs: 12.8 needs 570+, 12.6 560+, 12.4 525+; None below."""
+    try:
+        major = int(driver.split(".")[0])
+    except ValueError:
+        return "cu124"  # driver version unknown: the most widely supported index
+    return "cu128" if major >= 570 else "cu126" if major >= 560 else "cu124" if major >= 525 else None
+
+
+def install_command(name: str, hw: Hardware) -> str:
+    return {"torch": torch_install_command(hw), "mlx": 'pip install "swarm-app[mlx]"',
+            "llama_cpp": 'pip install "swarm-app[llamacpp]"', "fake": ""}[name]
+
+
+def engine_status(name: str, hw: Hardware) -> dict:
+    """{name, installed, available, reason, install} for one engine, registered here or not."""
+    missing = [m for m in ENGINE_MODULES[name] if importlib.util.find_spec(m) is None]
+    status = {"name": name, "installed": not missing, "available": False, "reason": "", "install": ""}
+    if missing:
+        status.update(reason=f"{', '.join(missing)} not installed", install=install_command(name, hw))
+    elif name not in registry.ENGINES:
+        status["reason"] = f"installed, but this version of swarm-app has no {name} engine yet"
+    else:
+        ok, why = registry.backend_class(name).is_available(hw)
+        status.update(available=ok, reason=why)
+        if name == "torch" and hw.cuda and not registry.backend_class(name).runs_accelerated(hw):
+            status["install"] = torch_install_command(hw)
+    return status
+
+
+def build_report(settings: Settings, hw: Hardware, pace: bool = False) -> dict:
+    engines = [engine_status(name, hw) for name in registry.KNOWN_ENGINES]
+    try:
+        chosen, reason = registry.choose(settings.model.backend, hw)
+    except BackendError as exc:
+        chosen, reason = None, str(exc)
+    advice = sizing.recommend(hw, chosen or "torch")
+    return {
+        "hardware": {**asdict(hw), "summary": hardware.describe(hw)},
+        "backends": engines,
+        "chosen": chosen,
+        "reason": reason,
+        "recommended": {"threads": advice.threads, "model": advice.model.path or "(bundled)",
+                        "local": advice.batch.local, "completions": advice.batch.completions,
+                        "max_new_tokens": advice.batch.max_new_tokens, "reason": advice.reason},
+        "model": _model(settings),
+        "paths": _paths(settings),
+        "listen": _listen(settings.peer.listen),
+        "peers": asyncio.run(_peers(settings.peer.peers)) if settings.peer.peers else [],
+        "pace": _pace(settings, chosen, advice) if pace and chosen else PACE_HINT,
+    }
+
+
+def _pace(settings: Settings, engine_name: str, advice: sizing.Recommendation) -> dict | str:
+    """Seconds per round at the recommended I, L and completion length on `engine_name`, from two probe
+    rounds after a warm-up: 1 question and 2 questions of L completions each. A round costs a fixed part
+    plus a part per question, so round(I) = t1 + (I - 1) x (t2 - t1)."""
+    from backends.base import Sampling
+    from swarm_app.kernel import tasks
+    from swarm_app.session.model import resolve
+    from swarm_app.session.setup import model_spec
+    from swarm_app.training.loop import RoundPlan, Trainer
+
+    batch = advice.batch
+    try:
+        folder = resolve(settings.model.path).folder
+        engine = registry.load(engine_name, model_spec(settings, folder, threads=advice.threads))
+    except (SwarmError, BackendError) as exc:
+        return f"not probed: {getattr(exc, 'message', None) or exc}"
+    specs = tasks.preset(settings.tasks.preset)
+    sampling = Sampling(max_new_tokens=batch.max_new_tokens, temperature=settings.model.temperature)
+    took = []
+    try:
+        engine.generate([tasks.regenerate(tasks.draw(specs, 0, 0, 1)[0]).messages()], 2,
+                        Sampling(max_new_tokens=4, seed=0))  # warm-up: first-call costs are not the pace
+        for questions in (1, 2):
+            trainer = Trainer(engine, RoundPlan(specs, questions, 0, batch.completions, seed=questions, sampling=sampling))
+            started = time.perf_counter()
+            trainer.run_round(1)
+            took.append(time.perf_counter() - started)
+    finally:
+        engine.close()
+    round_s = max(took[0] + (batch.local - 1) * max(took[1] - took[0], 0.0), 1e-3)
+    return {"round_s": round(round_s, 3), "rounds_per_hour": round(3600 / round_s), "probe_s": [round(t, 3) for t in took],
+            "how": f"probe rounds of 1 and 2 questions x {batch.completions} on {engine_name} "
+                   f"({took[0]:.2f} s, {took[1]:.2f} s), extended to {batch.local} questions"}
+
+
+def _model(settings: Settings) -> dict:
+    from swarm_app.session.model import resolve
+
+    try:
+        resolved = resolve(settings.model.path)
+    except SwarmError as exc:
+        return {"folder": None, "model_id": None, "error": exc.message}
+    return {"folder": str(resolved.folder), "model_id": resolved.model_id, "error": None}
+
+
+def _paths(settings: Settings) -> dict:
+    dirs = user_dirs()
+    run = Path(settings.run.run_dir) if settings.run.run_dir else dirs.default_run
+    return {"config_file": str(dirs.config_file), "data": str(dirs.data), "cache": str(dirs.cache),
+            "run": str(run), "metrics_log": str(run / "metrics.jsonl")}
+
+
+def _listen(address: str) -> dict:
+    from swarm_app.peer.core.addressbook import parse_address
+    from swarm_app.peer.io.ports import bind_error
+
+    try:
+        host, port = parse_address(address)
+    except ValueError as exc:
+        return {"address": address, "free": False, "reason": str(exc)}
+    error = bind_error(host, port)
+    reason = "" if error is None else (getattr(error, "strerror", None) or str(error))
+    return {"address": address, "free": error is None, "reason": reason}
+
+
+async def _peers(addresses: list[str]) -> list[dict]:
+    return list(await asyncio.gather(*(_reach(a) for a in addresses)))
+
+
+async def _reach(address: str) -> dict:
+    from swarm_app.peer.core.addressbook import parse_address
+
+    try:
+        host, port = parse_address(address)
+        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), PEER_TIMEOUT_S)
+    except ValueError as exc:
+        return {"address": address, "reachable": False, "reason": str(exc)}
+    except (OSError, asyncio.TimeoutError) as exc:
+        return {"address": address, "reachable": False, "reason": getattr(exc, "strerror", None) or "no answer in 2 s"}
+    writer.close()
+    return {"address": address, "reachable": True, "reason": "", **await _versions(host, port)}
+
+
+async def _read_to_end(reader: asyncio.StreamReader, limit: int) -> bytes:
+    """What the peer sends until it closes (HTTP/1.0), at most `limit` bytes: one read() may stop
+    after the headers."""
+    raw = b""
+    while len(raw) < limit and (chunk := await reader.read(limit - len(raw))):
+        raw += chunk
+    return raw
+
+
+async def _versions(host: str, port: int) -> dict:
+    """The peer's protocol and software versions from GET /rsp/v1/info, and what to do when they differ.
+    A plain HTTP/1.0 request on a stream: doctor stays free of aiohttp."""
+    from swarm_app import __version__
+    from swarm_app.peer import PROTOCOL_VERSION
+
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), PEER_TIMEOUT_S)
+        writer.write(f"GET /rsp/v1/info HTTP/1.0\r\nHost: {host}\r\n\r\n".encode("ascii"))
+        raw = await asyncio.wait_for(_read_to_end(reader, 65536), PEER_TIMEOUT_S)
+        writer.close()
+        info = json.loads(raw.partition(b"\r\n\r\n")[2])
+    except (OSError, asyncio.TimeoutError, ValueError):
+        return {"protocol": None, "software": "", "update": ""}
+    theirs, software = info.get("v"), str(info.get("software", ""))[:60]
+    update = ""
+    if isinstance(theirs, int) and theirs > PROTOCOL_VERSION:
+        update = (f"it speaks protocol v{theirs}, this install v{PROTOCOL_VERSION} ({__version__}): update "
+                  "(re-run install.sh / install.ps1, or pip install -U swarm-app)")
+    elif isinstance(theirs, int) and theirs < PROTOCOL_VERSION:
+        update = f"it speaks the older protocol v{theirs}: that node needs an update to swarm with this one"
+    return {"protocol": theirs, "software": software, "update": update}
+
+
+def format_text(report: dict) -> str:
+    lines = [f"machine: {report['hardware']['summary']}", "engines:"]
+    for e in report["backends"]:
+        mark = "usable" if e["available"] else ("installed" if e["installed"] else "missing")
+        lines.append(f"  {e['name']:10s} {mark:9s} {e['reason']}" + (f"  -> {e['install']}" if e["install"] else ""))
+    lines.append(f"chosen: {report['chosen'] or 'none'} ({report['reason']})")
+    lines.append(f"recommended: {report['recommended']['reason']}")
+    model = report["model"]
+    lines.append(f"model: {model['model_id']} in {model['folder']}" if model["folder"] else f"model: {model['error']}")
+    lines += [f"{key.replace('_', ' ')}: {value}" for key, value in report["paths"].items()]
+    listen = report["listen"]
+    lines.append(f"listen {listen['address']}: " + ("free" if listen["free"] else f"not free ({listen['reason']})"))
+    for peer in report["peers"]:
+        state = (f"reachable, {peer.get('software') or 'software unknown'}" if peer["reachable"]
+                 else f"unreachable ({peer['reason']})")
+        lines.append(f"peer {peer['address']}: {state}" + (f"; {peer['update']}" if peer.get("update") else ""))
+    pace = report["pace"]
+    lines.append(f"pace: {pace['round_s']} s per round, ~{pace['rounds_per_hour']} rounds per hour ({pace['how']})"
+                 if isinstance(pace, dict) else f"pace: {pace}")
+    return "\n".join(lines)

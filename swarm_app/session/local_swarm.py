@@ -1,0 +1,118 @@
+"""`swarm demo --nodes N`: a local swarm of N training nodes in one process, on 127.0.0.1.
+
+Each node is a full Session (own run folder, seed, throwaway identity) whose exchange is a peer node
+of `swarm_app.peer.io.local_nodes.local_swarm`; they find each other through the first node and peer exchange.
+Prints one line per node per round and a final summary per node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, TextIO
+
+from swarm_app.kernel.events import Event, RoundFinished
+from swarm_app.headless import HeadlessView
+from swarm_app.kernel.paths import user_dirs
+from swarm_app.session.session import Session
+from swarm_app.kernel.settings import Settings
+from swarm_app.kernel.stopping import on_stop_signals
+
+
+@dataclass
+class NodeSummary:
+    node: int
+    engine: str = ""
+    rounds: int = 0
+    local_reward: float = 0.0
+    total_reward: float = 0.0
+    heldout_acc: float | None = None
+    sent: int = 0
+    received: int = 0
+    used: int = 0
+    error: str = ""
+    """Why the node stopped early ("" when it ran to the end)."""
+
+
+def node_settings(base: Settings, index: int, out_dir: Path, backends: tuple[str, ...] = ()) -> Settings:
+    """Node `index`'s settings: its own run folder and seed, and its engine from `backends` (in turn)."""
+    seed = max(base.train.seed, 0) + index
+    model = dataclasses.replace(base.model, backend=backends[index % len(backends)]) if backends else base.model
+    return dataclasses.replace(
+        base,
+        model=model,
+        run=dataclasses.replace(base.run, run_dir=str(out_dir / f"node-{index}"), ui=False),
+        train=dataclasses.replace(base.train, seed=seed),
+        peer=dataclasses.replace(base.peer, enabled=False),  # the demo hands each session its own node
+    )
+
+
+def default_out_dir() -> Path:
+    return user_dirs().data / "demo" / time.strftime("%Y%m%d-%H%M%S")
+
+
+async def run_demo_swarm(base: Settings, nodes: int, out_dir: Path, stream: TextIO | None = None,
+                         on_session: Callable[[int, Session], None] | None = None,
+                         backends: tuple[str, ...] = ()) -> list[NodeSummary]:
+    """Run the demo; node lines go to `stream` unless `on_session(index, session)` is given (the TUI
+    subscribes there, and nothing is printed)."""
+    from swarm_app.peer.io.local_nodes import run_demo  # deferred: aiohttp
+
+    summaries = [NodeSummary(i) for i in range(nodes)]
+    sessions: list[Session] = []
+    # Models load one at a time: transformers' lazy imports are not thread-safe (two threads importing
+    # AutoModelForCausalLM at once made one fail with ImportError), and it bounds the memory peak.
+    opening = asyncio.Lock()
+    loop = asyncio.get_running_loop()
+    undo = on_stop_signals(loop, lambda: [s.stop() for s in sessions])
+
+    async def run_node(index: int, node) -> None:
+        summary = summaries[index]
+        view = HeadlessView("text", stream, prefix=f"node {index}  ", total_rounds=base.train.rounds)
+
+        def on_event(event: Event) -> None:
+            if isinstance(event, RoundFinished):
+                m = event.metrics
+                summary.rounds += 1
+                summary.local_reward += m.reward_local_sum
+                summary.total_reward += m.reward_local_sum + m.reward_external_sum
+                summary.used += m.n_external
+                if on_session is None:
+                    view(event)
+
+        session = Session(node_settings(base, index, out_dir, backends), exchange=node, on_event=on_event, fresh=True)
+        sessions.append(session)
+        if on_session is not None:
+            on_session(index, session)
+        try:
+            async with opening:
+                await asyncio.to_thread(session.open)
+            summary.engine = session.backend_name
+            await session.run()
+            if session.trainer is not None and not session.stopping:  # a stopped demo ends without one
+                summary.heldout_acc = (await session.on_engine(session.trainer.evaluate)).accuracy
+        except Exception as exc:  # one node's failure is shown in the summary; the others go on
+            summary.error = f"{type(exc).__name__}: {exc}"
+            raise
+        finally:
+            stats = node.stats()
+            summary.sent, summary.received = stats.published, stats.accepted
+            session.close()
+
+    try:
+        await run_demo(nodes, run_node)
+    finally:
+        undo()
+    return summaries
+
+
+def format_summary(summaries: list[NodeSummary]) -> str:
+    lines = ["node  engine     rounds  cum. local reward  cum. total reward  held-out acc  sent  received  used"]
+    for s in summaries:
+        acc = f"{s.heldout_acc:.3f}" if s.heldout_acc is not None else "-"
+        lines.append(f"{s.node:>4}  {s.engine or '-':<9}  {s.rounds:>6}  {s.local_reward:>17.1f}  {s.total_reward:>17.1f}  {acc:>12}"
+                     f"  {s.sent:>4}  {s.received:>8}  {s.used:>4}" + (f"  FAILED: {s.error}" if s.error else ""))
+    return "\n".join(lines)

@@ -1,0 +1,45 @@
+"""`PeerTracker`: turns successive peer-node snapshots into the events the views show.
+
+Sans-IO, like the peer core: `update(stats)` takes a `NodeStats` snapshot and returns events
+(PeersUpdated always; PeerConnected / PeerDisconnected for changes; RolloutsRejected for new
+rejections by reason). It keeps only the previous snapshot's connected set and rejection counts.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING
+
+from swarm_app.kernel.events import (Event, PeerConnected, PeerDisconnected, PeerRow, PeersUpdated, RolloutsRejected)
+
+if TYPE_CHECKING:
+    from swarm_app.peer.core.stats import NodeStats, PeerSnapshot
+
+
+class PeerTracker:
+    def __init__(self) -> None:
+        self._connected: dict[str, str] = {}
+        self._rejected: Counter[str] = Counter()
+
+    def update(self, stats: "NodeStats") -> list[Event]:
+        rows = tuple(sorted((peer_row(p) for p in stats.peers), key=lambda r: (not r.connected, r.node_id)))
+        events: list[Event] = [PeersUpdated(rows, stats.sharing, stats.published, stats.sent, stats.accepted,
+                                            sum(stats.rejected.values()), stats.pool_size)]
+        connected = {r.node_id: r.address for r in rows if r.connected}
+        events += [PeerConnected(node, addr) for node, addr in connected.items() if node not in self._connected]
+        events += [PeerDisconnected(node) for node in self._connected if node not in connected]
+        self._connected = connected
+        new = Counter(stats.rejected) - self._rejected
+        if new:
+            events.append(RolloutsRejected(dict(new)))
+        self._rejected = Counter(stats.rejected)
+        return events
+
+
+def peer_row(p: "PeerSnapshot") -> PeerRow:
+    rejected = sum(p.rejected.values())
+    main = max(p.rejected, key=p.rejected.get) if rejected else ""
+    return PeerRow(node_id=p.node_id, address=p.address or "", connected=p.connected,
+                   reachable=p.direction == "out" or p.reachable, latency_ms=p.latency_ms,
+                   received=p.received, accepted=p.accepted, rejected=rejected, main_rejection=main,
+                   used=p.used, last_seen=p.last_seen)

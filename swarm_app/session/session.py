@@ -1,0 +1,444 @@
+"""A training session: one backend, the trainer, the run folder and (optionally) the swarm.
+
+`open()` validates everything and loads the model before anything is written, then resumes from the
+run's last checkpoint; `run()` drives rounds on the session's one engine thread and publishes typed
+events (events.py) on the loop to every subscriber: the TUI, the headless view and the status endpoint
+of `swarm watch` are all subscribers, none talks to the trainer. Views steer the run with the request
+methods (pause, resume, set_sharing, evaluate_now, stop), which act between rounds; a stop also cuts
+generation short between two decode steps and checkpoints the last completed round.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Callable
+
+from backends import registry
+from backends.base import BackendError, Cancelled, EngineBroken, Hardware, Sampling
+from swarm_app.kernel import tasks
+from swarm_app.kernel.errors import CheckpointError, ModelError, SwarmError
+from swarm_app.session.bus import EventBus, LogForwarder
+from swarm_app.kernel.events import (CheckpointSaved, Event, ModelLoading, RoundFinished, RoundStarted,
+                              RunStarted, RunStopped, SharingChanged, SwarmJoined, TrainingPaused, TrainingResumed)
+from swarm_app.kernel.files import check_writable_folder
+from swarm_app.session.recommendations import apply_recommendations
+from swarm_app.session.model import resolve
+from swarm_app.session.peer_events import PeerTracker
+from swarm_app.kernel.rollouts import RolloutExchange
+from swarm_app.kernel.settings import Settings
+from swarm_app.kernel.sizing import recommend
+from swarm_app.session.setup import (check_run_matches, detect_hardware, engine_threads, load_checkpoint_adapter,
+                                 model_spec, move_old_run_aside, peer_config, run_dir_of, run_seed, usable_listen,
+                                 write_failed, write_run_file)
+from swarm_app.training.checkpoint import Checkpoints, CheckpointState
+from swarm_app.training.loop import RoundAbandoned, RoundPlan, Trainer
+from swarm_app.training.metrics_log import MetricsLog
+
+log = logging.getLogger(__name__)
+
+
+def _process_memory() -> int:
+    """This process's resident memory in bytes (0 where psutil cannot tell): shown live, kept per round."""
+    import psutil  # deferred: ~10 ms, and only running sessions need it
+
+    try:
+        return psutil.Process().memory_info().rss
+    except psutil.Error:
+        return 0
+
+
+def _settle(loop: asyncio.AbstractEventLoop, future: asyncio.Future, exc: BaseException | None) -> None:
+    """Resolve `future` from another thread; a loop that already closed (the run ended) is left be."""
+    def settle() -> None:
+        if not future.done():
+            future.set_exception(exc) if exc is not None else future.set_result(None)
+    try:
+        loop.call_soon_threadsafe(settle)
+    except RuntimeError:
+        pass
+
+
+class Session:
+    def __init__(self, settings: Settings, *, exchange: RolloutExchange | None = None,
+                 on_event: Callable[[Event], None] | None = None, hardware: Hardware | None = None,
+                 fresh: bool = False) -> None:
+        """`exchange`: a peer node made by the caller (the demo); it is shown in the views when it has
+        `stats()`. Otherwise the session starts its own node when [peer] enabled says so."""
+        self.settings = settings
+        self.exchange = exchange
+        self.events = EventBus()
+        if on_event is not None:
+            self.events.subscribe(on_event)
+        self.hardware = hardware
+        """None: detected in open() (on the loading thread: a CUDA probe may import torch)."""
+        self.fresh = fresh
+        self.run_dir = run_dir_of(settings)
+        self.metrics = MetricsLog(self.run_dir / "metrics.jsonl")
+        self.checkpoints = Checkpoints(self.run_dir)
+        self.trainer: Trainer | None = None
+        self.backend_name = ""
+        self.backend_reason = ""
+        self.model = None
+        self.advice = None
+        self.peer_config = None
+        self.peer_node = exchange if callable(getattr(exchange, "stats", None)) else None
+        self.seed = 0
+        self.last_row: dict = {}
+        self.next_round = 1
+        self.metrics_rows = 0
+        self.last_checkpoint = ""
+        self.paused = False
+        self._stopping = False
+        self._stop_event: asyncio.Event | None = None
+        self._wake: asyncio.Event | None = None
+        self._eval_requested = False
+        self._alone_warned = False
+        self._engine_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="swarm-engine")
+
+    @property
+    def stopping(self) -> bool:
+        """A stop was asked for (by a view, a signal or the demo)."""
+        return self._stopping
+
+    def subscribe(self, subscriber: Callable[[Event], None]) -> Callable[[], None]:
+        """Receive every event from now on (on the loop); returns the function that unsubscribes."""
+        return self.events.subscribe(subscriber)
+
+    # -- requests from the views (call them on the loop thread) -------------------------------
+    def stop(self) -> None:
+        """End the run: generation stops between two decode steps (the round is abandoned); an update
+        already under way completes. The last completed round is checkpointed."""
+        self._stopping = True
+        if self.trainer is not None:
+            self.trainer.stop_requested.set()
+        self._poke(stop=True)
+
+    def pause(self) -> None:
+        """No new round starts until resume(); the round under way finishes, the swarm goes on."""
+        self.paused = True
+
+    def resume(self) -> None:
+        if self.paused:
+            self.paused = False
+            self._poke()
+
+    def set_sharing(self, share: bool) -> None:
+        """Send own rollouts to peers (True) or only receive (False), from the next rollout on."""
+        if self.peer_node is not None:
+            self.peer_node.set_sharing(share)
+        self.events.publish(SharingChanged(share))
+
+    def evaluate_now(self) -> None:
+        """A held-out evaluation after the round under way (at once when paused)."""
+        self._eval_requested = True
+        self._poke()
+
+    def _poke(self, stop: bool = False) -> None:
+        if self._wake is not None:
+            self._wake.set()
+        if stop and self._stop_event is not None:
+            self._stop_event.set()
+
+    # -- opening: validate, load, resume ------------------------------------------------------
+    def open(self) -> None:
+        """Blocking (loads the model): call it from a worker thread in async code.
+
+        Every input is checked (preset, addresses, model folder, run folder, listen port) before the
+        model loads and before anything is written, so bad input costs milliseconds and leaves no trace.
+        """
+        specs = tasks.preset(self.settings.tasks.preset)
+        if self.exchange is None and self.settings.peer.enabled:
+            self.peer_config = peer_config(self.settings)
+        self.model = resolve(self.settings.model.path)
+        model_dir = self.model.folder
+        apply_recommendations(self.settings, model_dir)  # its swarm.toml, below every layer the user set
+        check_writable_folder(self.run_dir, "--run-dir")
+        started = check_run_matches(self.run_dir, model_dir, self.settings.tasks.preset, self.fresh)
+        self.seed = run_seed(self.settings, started)
+        if self.peer_config is not None:
+            self.peer_config = usable_listen(self.peer_config, self.settings)
+        if self._already_finished():
+            return
+        backend = self._load_backend(model_dir)
+        if self.fresh:
+            move_old_run_aside(self.run_dir)
+        if self.checkpoints.exists():
+            self._resume(backend)
+        else:
+            self.metrics.keep_rounds(0)  # rows of rounds that never reached a checkpoint
+        write_run_file(self.run_dir, model_dir, self.settings, self.seed, self.backend_name)
+        self.trainer = Trainer(backend, self._plan(specs), self.exchange, self.events.publish_threadsafe)
+
+    def _already_finished(self) -> bool:
+        """True when the run already did all its rounds: then nothing is loaded and run() only says so."""
+        total = self.settings.train.rounds
+        if self.fresh or not total or not self.checkpoints.latest_file.exists():
+            return False
+        try:
+            state, folder = self.checkpoints.load_latest()
+        except CheckpointError:
+            return False  # the resume path finds the newest intact checkpoint and says what it did
+        if state.round < total:
+            return False
+        self.next_round, self.last_checkpoint = state.round + 1, str(folder)
+        return True
+
+    def _load_backend(self, model_dir: Path):
+        """The engine `--backend` names, or the best that works here: with auto, an engine that is
+        installed but broken is skipped for the next one (saying so); a chosen one is never swapped."""
+        requested = self.settings.model.backend
+        if self.hardware is None:
+            self.hardware = detect_hardware(requested)
+        try:
+            self.backend_name, self.backend_reason = registry.choose(requested, self.hardware)
+            fallbacks = [n for n in registry.auto_order(self.hardware) if n != self.backend_name] if requested == "auto" else []
+            while True:
+                try:
+                    return self._load_engine(model_dir)
+                except EngineBroken as exc:
+                    if not fallbacks:
+                        raise
+                    log.warning("%s; using the %s engine instead", exc, fallbacks[0])
+                    self.backend_name = fallbacks.pop(0)
+                    self.backend_reason = f"fallback: the engine auto chose first does not load ({exc})"
+        except BackendError as exc:
+            raise ModelError(str(exc)) from None
+
+    def _load_engine(self, model_dir: Path):
+        self.events.publish_threadsafe(ModelLoading(self.model.model_id, self.backend_name, "loading the model"))
+        self.advice = recommend(self.hardware, self.backend_name)
+        threads = engine_threads(self.settings, self.hardware, self.backend_name)
+        return registry.load(self.backend_name, model_spec(self.settings, model_dir, model_id=self.model.model_id,
+                                                           threads=threads))
+
+    def _plan(self, specs: list[tasks.TaskSpec]) -> RoundPlan:
+        t, m = self.settings.train, self.settings.model
+        return RoundPlan(specs, t.local, t.external, t.completions, self.seed,
+                         Sampling(m.max_new_tokens, m.temperature, m.top_p), t.keep_zero_advantage_local,
+                         t.eval_every, tasks.heldout(specs, t.eval_n), t.negative_weight)
+
+    def _resume(self, backend) -> None:
+        state, folder = self.checkpoints.restore(lambda folder: load_checkpoint_adapter(backend, self.backend_name, folder))
+        self.metrics.keep_rounds(state.round)
+        self.metrics_rows = len(self.metrics.rows())
+        self.last_checkpoint = str(folder)
+        self.next_round = state.round + 1
+        log.info("resuming %s after round %d", self.run_dir, state.round)
+
+    # -- running ----------------------------------------------------------------------------
+    async def run(self) -> int:
+        """Run rounds until the total is reached or stop() is called. Returns the last completed round."""
+        self.events.attach(asyncio.get_running_loop())
+        self._stop_event, self._wake = asyncio.Event(), asyncio.Event()
+        if self._stopping:
+            self._stop_event.set()
+        forwarder = LogForwarder(self.events)
+        logging.getLogger().addHandler(forwarder)
+        try:
+            if self.trainer is None and not await self._open_unless_stopped():
+                last = self.next_round - 1
+                self.events.publish(RunStopped(last, "already finished" if not self._stopping else "interrupted",
+                                               str(self.run_dir), self.last_checkpoint))
+                return last
+            return await self._run_rounds()
+        finally:
+            logging.getLogger().removeHandler(forwarder)
+
+    async def _open_unless_stopped(self) -> bool:
+        """open() on a daemon thread, abandoned when a stop comes first (loading can take a minute and
+        cannot be interrupted; a daemon thread does not hold the process). False: nothing to train."""
+        self.events.publish(ModelLoading(self.settings.model.path or "the bundled model",
+                                         self.settings.model.backend, "checking the settings"))
+        opened = asyncio.get_running_loop().create_future()
+        threading.Thread(target=self._open_into, args=(opened,), name="swarm-open", daemon=True).start()
+        stopped = asyncio.ensure_future(self._stop_event.wait())
+        await asyncio.wait({opened, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+        if not opened.done():
+            opened.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved: no warning
+            self.next_round = self._checkpointed_round() + 1
+            return False
+        opened.result()  # raises what open() raised
+        return self.trainer is not None and not self._stopping
+
+    def _open_into(self, opened: asyncio.Future) -> None:
+        loop = opened.get_loop()
+        try:
+            self.open()
+        except BaseException as exc:  # handed to the loop, raised there
+            _settle(loop, opened, exc)
+        else:
+            _settle(loop, opened, None)
+
+    def _checkpointed_round(self) -> int:
+        """The round of the newest checkpoint, read without loading it (0 when there is none)."""
+        if not self.checkpoints.latest_file.exists():
+            return 0
+        try:
+            state, folder = self.checkpoints.load_latest()
+        except CheckpointError:
+            return 0
+        self.last_checkpoint = str(folder)
+        return state.round
+
+    def _machine_line(self) -> str:
+        """The sizing advice, saying so where model.threads overrides its thread count."""
+        if self.advice is None:
+            return ""
+        threads = self.settings.model.threads
+        if threads and threads != self.advice.threads:
+            return f"{self.advice.reason}; running {threads} thread{'s' if threads > 1 else ''} as set (model.threads)"
+        return self.advice.reason
+
+    async def _run_rounds(self) -> int:
+        trainer, total = self.trainer, self.settings.train.rounds
+        self.events.publish(RunStarted(str(self.run_dir), self.backend_name, self.backend_reason,
+                                       trainer.backend.model_id, self.settings.tasks.preset, self.next_round, total,
+                                       trainer.backend.device(), trainer.backend.memory(),
+                                       self._machine_line(), self.hardware.ram_bytes))
+        last_saved = last_done = self.next_round - 1
+        reason = "finished"
+        watcher = None
+        try:
+            await self._join_swarm()
+            watcher = asyncio.ensure_future(self._watch_peers())
+            while not self._stopping and (total == 0 or self.next_round <= total):
+                await self._between_rounds(last_done)
+                if self._stopping:
+                    break
+                t = self.next_round
+                self.events.publish(RoundStarted(t))
+                try:
+                    metrics = await self.on_engine(trainer.run_round, t)
+                except RoundAbandoned:
+                    break
+                metrics = dataclasses.replace(metrics, rss_bytes=_process_memory(), **self._swarm_figures())
+                await asyncio.to_thread(self._record, metrics.to_row())
+                last_done, self.next_round = t, t + 1
+                self.events.publish(RoundFinished(metrics))
+                if t % self.settings.train.checkpoint_every == 0:
+                    last_saved = await self._save(t)
+            if self._stopping:
+                reason = "interrupted"
+        except BaseException:
+            reason = "error"
+            raise
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+            if last_done > last_saved:
+                await self._save_at_exit(last_done, reason)
+            if self.peer_node is not None and self.peer_config is not None:
+                await self.peer_node.stop()  # a node the session started; the demo stops its own
+            self.events.publish(RunStopped(last_done, reason, str(self.run_dir), self.last_checkpoint))
+        return last_done
+
+    async def _between_rounds(self, last_done: int) -> None:
+        """Serve an evaluation request, and wait while paused (the swarm keeps going meanwhile)."""
+        announced = False
+        while not self._stopping:
+            if self._eval_requested:
+                self._eval_requested = False
+                try:
+                    await self.on_engine(self.trainer.evaluate, last_done)
+                except Cancelled:
+                    return
+            if not self.paused:
+                if announced:
+                    self.events.publish(TrainingResumed())
+                return
+            if not announced:
+                announced = True
+                self.events.publish(TrainingPaused(last_done))
+            self._wake.clear()
+            await self._wake.wait()
+
+    async def _watch_peers(self, interval_s: float = 1.0) -> None:
+        """Peer events for the views, from the node's snapshot once a second."""
+        if self.peer_node is None:
+            return
+        tracker = PeerTracker()
+        while True:
+            for event in tracker.update(self.peer_node.stats()):
+                self.events.publish(event)
+            await asyncio.sleep(interval_s)
+
+    def _record(self, row: dict) -> None:
+        try:
+            self.metrics.append(row)
+        except OSError as exc:
+            raise write_failed(self.metrics.path, exc) from None
+        self.last_row = row
+        self.metrics_rows += 1
+
+    async def _join_swarm(self) -> None:
+        """Start this user's peer node. It never blocks training: unreachable peers are retried later."""
+        if self.peer_config is None:
+            if self.peer_node is not None:  # a node the caller runs (the demo)
+                self.events.publish(SwarmJoined(self.peer_node.node_id, self.peer_node.address or ""))
+            return
+        from swarm_app.peer.io.node import PeerNode  # deferred: only networked runs need aiohttp's server side
+
+        node = PeerNode.from_config(self.peer_config)
+        await node.start()  # the address was probed in open(); only a race with another program fails here
+        self.peer_node = self.trainer.exchange = self.exchange = node
+        from swarm_app.training.prometheus import RoundCollector
+
+        node.metrics.registry.register(RoundCollector(lambda: self.last_row))
+        self.events.publish(SwarmJoined(node.node_id, node.address or ""))
+
+    def _swarm_figures(self) -> dict:
+        if self.peer_node is None:
+            return {}
+        stats = self.peer_node.stats()
+        self._warn_when_alone(stats.neighbours)
+        return {"peers": stats.neighbours, "pool": stats.pool_size, "rollouts_published": stats.published,
+                "rollouts_sent": stats.sent, "rollouts_accepted": stats.accepted,
+                "rollouts_rejected": sum(stats.rejected.values())}
+
+    def _warn_when_alone(self, neighbours: int) -> None:
+        """Say once (until a peer connects) that the peers the user named cannot be reached."""
+        bootstrap = self.peer_config.bootstrap if self.peer_config else ()
+        if neighbours or not bootstrap:
+            self._alone_warned = False
+        elif not self._alone_warned:
+            self._alone_warned = True
+            log.warning("no peer connected: %s cannot be reached (yet). Training alone and retrying; check "
+                        "that the address is right and that the node there runs `swarm run`", ", ".join(bootstrap))
+
+    async def _save_at_exit(self, t: int, reason: str) -> None:
+        """Checkpoint the last completed round on the way out; when the run is already failing, a
+        failed save is logged, not raised over the error that ended the run."""
+        try:
+            await self._save(t)
+        except SwarmError as exc:
+            if reason != "error":
+                raise
+            log.warning("%s", exc.message)
+
+    async def _save(self, t: int) -> int:
+        state = CheckpointState(t, self.metrics_rows, self.trainer.backend.model_id, self.backend_name)
+        try:
+            folder = await self.on_engine(self.checkpoints.save, state, self.trainer.backend.save_adapter)
+        except OSError as exc:
+            raise write_failed(self.checkpoints.folder, exc) from None
+        self.last_checkpoint = str(folder)
+        self.events.publish(CheckpointSaved(t, str(folder)))
+        return t
+
+    async def on_engine(self, call: Callable, *args):
+        """`call(*args)` on the session's one engine thread: every round, evaluation and checkpoint runs there.
+        Each thread that runs the model's ops gets its own OpenMP team, and an idle team spins on the cores
+        that the working one needs: with rounds on whichever pool thread was free, 2 threads made a round of
+        the bundled model 1.3-1.5x slower than 1 thread (benchmarks/results/session_threads.md)."""
+        return await asyncio.get_running_loop().run_in_executor(self._engine_thread, call, *args)
+
+    def close(self) -> None:
+        if self.trainer is not None:
+            self.trainer.backend.close()
+        self._engine_thread.shutdown(wait=False)

@@ -1,0 +1,86 @@
+"""`metrics.jsonl`: one JSON object per completed round, appended and fsynced.
+
+On resume the file is cut back to the rounds the checkpoint accounts for (rows of later rounds are
+the torn tail of a crash: those rounds run again and write their rows again), so every round appears
+exactly once however the previous process ended. Nothing else is ever removed: a line that is not a
+metrics row (a torn write, something a person appended) is moved to `metrics.rejected.jsonl` beside
+it, with a warning, and the rows after it are kept.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from swarm_app.kernel.files import retry_on_descriptor_shortage, write_text_atomic
+
+log = logging.getLogger(__name__)
+
+REJECTED_SUFFIX = ".rejected.jsonl"
+
+
+class MetricsLog:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    @property
+    def rejected_path(self) -> Path:
+        return self.path.with_name(self.path.stem + REJECTED_SUFFIX)
+
+    def rows(self) -> list[dict[str, Any]]:
+        """The rows of completed rounds; lines that are not rows are skipped (see `keep_rounds`)."""
+        return self._read()[0]
+
+    def keep_rounds(self, last_round: int) -> None:
+        """Keep the rows of rounds 1..last_round; set lines that are not rows aside (never drop them)."""
+        rows, bad = self._read()
+        kept = [row for row in rows if row["round"] <= last_round]
+        if bad:
+            self._set_aside(bad)
+        if bad or len(kept) != len(rows) or self._has_torn_tail():
+            write_text_atomic(self.path, "".join(json.dumps(r) + "\n" for r in kept))
+
+    def append(self, row: dict[str, Any]) -> None:
+        retry_on_descriptor_shortage(lambda: self._append(row), f"writing {self.path}")
+
+    def _append(self, row: dict[str, Any]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(row) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    def _read(self) -> tuple[list[dict[str, Any]], list[str]]:
+        if not self.path.exists():
+            return [], []
+        rows, bad = [], []
+        for line in self.path.read_text(encoding="utf-8", errors="replace").splitlines():
+            row = _parse_row(line)
+            if row is not None:
+                rows.append(row)
+            elif line.strip():
+                bad.append(line)
+        return rows, bad
+
+    def _set_aside(self, lines: list[str]) -> None:
+        with open(self.rejected_path, "a", encoding="utf-8") as handle:
+            handle.write("".join(line + "\n" for line in lines))
+            handle.flush()
+            os.fsync(handle.fileno())
+        log.warning("%d line(s) of %s are not metrics rows: moved to %s", len(lines), self.path, self.rejected_path)
+
+    def _has_torn_tail(self) -> bool:
+        return self.path.exists() and self.path.stat().st_size > 0 and not self.path.read_bytes().endswith(b"\n")
+
+
+def _parse_row(line: str) -> dict[str, Any] | None:
+    try:
+        row = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(row, dict) or type(row.get("round")) is not int:
+        return None
+    return row

@@ -1,0 +1,148 @@
+"""`swarm watch`: look in on a node that already runs on this machine, read-only.
+
+It reads `watch.json` in the run folder (port and token), opens the node's status endpoint
+(status_endpoint.py) and shows the event stream in the same TUI as `swarm run`, without controls,
+or as the headless text lines with `--no-ui`. It can only receive: nothing here calls the node.
+Problems before the stream opens (no node, a stale watch.json, a refused token) are one-line
+UsageErrors (exit 2); a message a newer node sends that this version cannot read is skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from pathlib import Path
+from typing import AsyncIterator, Callable
+
+import aiohttp
+
+from swarm_app.kernel import logs
+from swarm_app.kernel.errors import SwarmError, UsageError
+from swarm_app.kernel.events import Event, LogRecorded, RunStopped, event_from_dict
+from swarm_app.watch.file import WatchInfo, read_watch_file, watch_file_of
+
+log = logging.getLogger(__name__)
+
+MAX_MSG_BYTES = 16 * 1024 * 1024
+"""A PeersUpdated of a large swarm is the biggest message (~200 bytes a peer); the replay is many
+small messages, not one."""
+CONNECT_TIMEOUT_S = 5.0
+HEARTBEAT_S = 20.0
+
+
+class NodeStream:
+    """The websocket to one node's status endpoint, read as events. `async with` opens it."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.stopped = False
+        """True once the node said it stopped (RunStopped): the stream then ends as it should."""
+        self.close_reason = ""
+        self._session: aiohttp.ClientSession | None = None
+        self._ws: aiohttp.ClientWebSocketResponse | None = None
+
+    async def __aenter__(self) -> NodeStream:
+        info = read_watch_file(self.run_dir)
+        timeout = aiohttp.ClientTimeout(total=None, connect=CONNECT_TIMEOUT_S, sock_connect=CONNECT_TIMEOUT_S)
+        self._session = aiohttp.ClientSession(timeout=timeout)
+        try:
+            self._ws = await self._session.ws_connect(info.url, headers={"Authorization": f"Bearer {info.token}"},
+                                                      heartbeat=HEARTBEAT_S, max_msg_size=MAX_MSG_BYTES)
+        except BaseException as exc:
+            await self._session.close()
+            if isinstance(exc, (aiohttp.ClientError, OSError, TimeoutError)):
+                raise self._connect_error(info, exc) from None
+            raise
+        return self
+
+    async def __aexit__(self, *exc_info) -> None:
+        if self._ws is not None:
+            await self._ws.close()
+        if self._session is not None:
+            await self._session.close()
+
+    async def events(self) -> AsyncIterator[Event]:
+        """Every event the node sends, until it closes the stream."""
+        assert self._ws is not None, "async with NodeStream(...) first"
+        while True:
+            message = await self._ws.receive()
+            if message.type == aiohttp.WSMsgType.BINARY:
+                log.debug("skipped a binary message from the node")
+                continue
+            if message.type != aiohttp.WSMsgType.TEXT:
+                self.close_reason = self._describe_end(message)
+                return
+            event = decode(message.data)
+            if event is not None:
+                self.stopped = self.stopped or isinstance(event, RunStopped)
+                yield event
+
+    def _describe_end(self, message: aiohttp.WSMessage) -> str:
+        if message.type == aiohttp.WSMsgType.ERROR:
+            return f"error: {message.data}"
+        return str(message.extra or "") or f"code {self._ws.close_code if self._ws else '?'}"
+
+    def _connect_error(self, info: WatchInfo, exc: Exception) -> UsageError:
+        path = watch_file_of(self.run_dir)
+        if isinstance(exc, aiohttp.WSServerHandshakeError) and exc.status == 401:
+            return UsageError(f"the program on 127.0.0.1:{info.port} refused the token in {path}: the file is "
+                              "stale (its node is gone and another program has the port); start the node with swarm run")
+        if isinstance(exc, aiohttp.WSServerHandshakeError):
+            return UsageError(f"the node in {self.run_dir} refused the watcher ({exc.status} {exc.message}); "
+                              "try again later")
+        return UsageError(f"no node answers on 127.0.0.1:{info.port}: {path} is stale (node process "
+                          f"{info.pid} is gone?); start one with swarm run")
+
+
+def decode(text: str) -> Event | None:
+    """One message as an event; None (logged at debug) for one this version does not know."""
+    try:
+        return event_from_dict(json.loads(text))
+    except ValueError as exc:  # json.JSONDecodeError is a ValueError too
+        log.debug("skipped a message from the node: %s", exc)
+        return None
+
+
+def watch(run_dir: Path, ui: bool, log_format: str = "text") -> int:
+    """The command: 0 when the user quits (TUI) or the node stopped (--no-ui)."""
+    try:
+        return asyncio.run(watch_in_tui(run_dir) if ui else print_events(run_dir, log_format))
+    except KeyboardInterrupt:
+        return 0  # the watcher detaches; the node runs on
+
+
+async def print_events(run_dir: Path, log_format: str) -> int:
+    from swarm_app.headless import HeadlessView
+
+    view = HeadlessView(log_format)
+    async with NodeStream(run_dir) as stream:
+        async for event in stream.events():
+            view(event)
+    if not stream.stopped:
+        raise SwarmError(f"the connection to the node in {run_dir} closed before it stopped "
+                         f"({stream.close_reason}); run swarm watch again to reattach")
+    return 0
+
+
+async def watch_in_tui(run_dir: Path) -> int:
+    from swarm_app.tui.app import SwarmApp
+
+    async with NodeStream(run_dir) as stream:  # connect first: a problem is one line, not a screen
+        app = SwarmApp(lambda deliver: feed(stream, deliver), None, subtitle=f"watching {run_dir}")
+        with logs.terminal_owned_by_tui():
+            code = await app.run_async()
+    if app.error is not None:
+        raise app.error
+    return code or 0
+
+
+async def feed(stream: NodeStream, deliver: Callable[[Event], None]) -> None:
+    """The TUI's source: events until the stream ends, then the screen stays until the user quits."""
+    async for event in stream.events():
+        deliver(event)
+    if not stream.stopped:
+        deliver(LogRecorded("warning", f"the connection to the node closed ({stream.close_reason}); "
+                                       "quit with q and run swarm watch again to reattach", time.time()))
+    await asyncio.Event().wait()  # cancelled when the app exits
