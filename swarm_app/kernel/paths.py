@@ -59,7 +59,7 @@ def assets_dir() -> Path:
     frozen_root = getattr(sys, "_MEIPASS", None)
     candidates = [Path(frozen_root) / "assets"] if frozen_root else []
     candidates += [
-        Path(__file__).resolve().parent.parent / "assets",
+        Path(__file__).resolve().parents[2] / "assets",
         Path(sys.prefix) / "share" / APP_NAME / "assets",
     ]
     for candidate in candidates:
