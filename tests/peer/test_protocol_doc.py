@@ -49,7 +49,7 @@ def test_the_documented_hello_runs_between_two_sides():
 
 
 def test_every_bye_reason_the_code_sends_is_in_the_documented_table():
-    source = "\n".join(f.read_text(encoding="utf-8") for f in sorted((ROOT / "swarm_app" / "peer").glob("*.py")))
+    source = "\n".join(f.read_text(encoding="utf-8") for f in sorted((ROOT / "swarm_app" / "peer").rglob("*.py")))
     sent = {reason for pattern in BYE_SENDERS for reason in re.findall(pattern, source)}
     documented = set(re.findall(r"^  \| `([^`]+)` \|", DOC, re.M))
     assert {"self", "banned", "duplicate", "offender", "rotate", "shutdown", "internal error"} <= sent

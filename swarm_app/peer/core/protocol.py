@@ -13,6 +13,7 @@ injected `random.Random`, so a simulator can run thousands of cores deterministi
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 from collections import Counter, OrderedDict, deque
@@ -55,6 +56,9 @@ class Connection:
     timed_out: deque[int] = field(default_factory=lambda: deque(maxlen=LATE_PULLS))
     """Ids of pulls that timed out: an answer to one is late, not unsolicited."""
 
+
+SHELL_EVENTS = ("send_dropped", "dial_failures", "http_malformed")
+"""Events only the I/O shell sees, counted through `NodeCore.count`."""
 
 class NodeCore:
     def __init__(self, identity: Identity, admission: Admission, config: ProtocolConfig, peers: PeerBook,
@@ -379,6 +383,47 @@ class NodeCore:
             fresh = entry["addr"] not in self.addresses
             added += fresh and self.addresses.add(entry["addr"], "exchange", node) is not None
         return added
+
+    # --- what the I/O shell reports, asks for and changes: it calls these and never writes core state
+
+    def count(self, event: str) -> None:
+        """Count an event only the shell sees: one of `SHELL_EVENTS` (a full send queue, a failed dial,
+        a malformed HTTP request)."""
+        if event not in SHELL_EVENTS:
+            raise ValueError(f"unknown shell event {event!r}; one of {', '.join(SHELL_EVENTS)}")
+        self.counters[event] += 1
+
+    def on_handshake_failed(self) -> None:
+        """A hello that failed either way (timeout, bad frame, bad proof): counted as a rejection."""
+        self.rejected["handshake"] += 1
+
+    def on_latency(self, peer: str, rtt_s: float, now: float) -> None:
+        """The round trip of a hello with `peer`, kept as its latency for the views."""
+        self.peers.get(peer, now).latency_ms = round(rtt_s * 1000, 1)
+
+    def serve_http_sample(self, have: dict[str, int], limit: int, now: float) -> list[Any]:
+        """The answer to GET /sample (the HTTP fallback pull): as a websocket pull is answered, for an
+        anonymous requester, at most `pull_max` items."""
+        self.counters["http_samples_served"] += 1
+        signed = self.pool.for_pull(have, max(1, min(limit, self.config.pull_max)), int(now * 1000), "", self.rng)
+        return fit_items([s.to_item() for s in signed])
+
+    def set_sharing(self, share: bool) -> None:
+        """Push own rollouts to peers (True) or keep them (False), from the next one on."""
+        self.config = dataclasses.replace(self.config, share=share)
+
+    def add_address(self, addr: str, source: str, node_id: str | None = None) -> None:
+        """An address to dial from outside the protocol: a bootstrap flag, LAN discovery."""
+        if node_id is None or node_id != self.node_id:
+            self.addresses.add(addr, source, node_id)
+
+    def mark_own_address(self, addr: str) -> None:
+        """One of this node's own addresses: never dialled, never listed."""
+        self.addresses.mark_own(addr)
+
+    def load_peer_table(self, data: Any) -> int:
+        """Addresses saved by an earlier run (the peer table's JSON); returns how many were taken."""
+        return self.addresses.load_json(data)
 
     def peer_list(self, limit: int = MAX_EXCHANGE) -> list[dict[str, Any]]:
         """This node's answer to GET /peers: neighbours first, then addresses that worked."""

@@ -26,19 +26,20 @@ PEER_TABLE_NAME = "peers.json"
 MAX_TABLE_BYTES = 1024 * 1024
 
 
-def load_peer_table(path: Path, book: AddressBook) -> int:
-    """Add saved addresses to `book`; returns how many. A bad file is logged and ignored."""
+def read_peer_table(path: Path) -> Any:
+    """The saved addresses' JSON (for `NodeCore.load_peer_table`); None when there is no usable file.
+    A bad file is logged and ignored."""
     try:
         if path.stat().st_size > MAX_TABLE_BYTES:
             log.warning("peer table %s is over 1 MiB; ignoring it", path)
-            return 0
+            return None
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        return 0
+        return None
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         log.warning("peer table %s unreadable (%s); starting with an empty one", path, exc.__class__.__name__)
-        return 0
-    return book.load_json(data.get("peers") if isinstance(data, dict) else None)
+        return None
+    return data.get("peers") if isinstance(data, dict) else None
 
 
 def save_peer_table(path: Path, book: AddressBook) -> None:

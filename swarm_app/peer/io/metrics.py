@@ -1,8 +1,9 @@
 """Prometheus metrics of one peer node, in a registry of its own (tests run many nodes per process).
 
-A custom collector reads the node's counters at scrape time, so the hot paths keep plain integers
-and nothing here can drift from what `PeerNode.stats()` shows. Labels are reasons and directions,
-never peer ids (unbounded cardinality). This module does not serve HTTP (server.py does).
+A custom collector reads the core's counters and the connection gate at scrape time, so the hot paths
+keep plain integers and nothing here can drift from what `PeerNode.stats()` shows. Every counter the
+core keeps is exported (one without a description here still gets a generic one). Labels are reasons
+and directions, never peer ids (unbounded cardinality). This module does not serve HTTP (server.py does).
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 if TYPE_CHECKING:
-    from swarm_app.peer.io.node import PeerNode
+    from swarm_app.peer.core.protocol import NodeCore
+    from swarm_app.peer.io.gate import ConnectionGate
 
 COUNTERS = {
     "published": "Own rollouts signed and shared",
@@ -29,17 +31,21 @@ COUNTERS = {
     "late_samples": "Pull answers that came after pull_timeout_s (taken, not punished)",
     "heldout_dropped": "Own rollouts for held-out items that were not shared",
     "http_malformed": "HTTP requests refused as malformed (400 or a close)",
+    "http_samples_served": "HTTP fallback pulls (GET /sample) answered",
+    "pull_timeouts": "Pull requests that got no answer within pull_timeout_s",
+    "unshared": "Own rollouts kept because sharing is off",
+    "own_rejected": "Own rollouts that failed this node's own admission checks (not shared)",
 }
 
 
 class NodeCollector:
-    def __init__(self, node: "PeerNode") -> None:
-        self.node = node
+    def __init__(self, core: "NodeCore", gate: "ConnectionGate") -> None:
+        self.core, self.gate = core, gate
 
     def collect(self) -> Iterator[Metric]:
-        core = self.node.core
-        for name, doc in COUNTERS.items():
-            family = CounterMetricFamily(f"rsp_{name}", doc)
+        core = self.core
+        for name in [*COUNTERS, *sorted(set(core.counters) - set(COUNTERS))]:
+            family = CounterMetricFamily(f"rsp_{name}", COUNTERS.get(name, f"Node core counter {name}"))
             family.add_metric([], core.counters[name])
             yield family
         rejected = CounterMetricFamily("rsp_rejected", "Rollouts and messages rejected, by reason", labels=["reason"])
@@ -50,11 +56,11 @@ class NodeCollector:
         for direction in ("in", "out"):
             neighbours.add_metric([direction], sum(c.direction == direction for c in core.conns.values()))
         yield neighbours
-        yield GaugeMetricFamily("rsp_pool_rollouts", "Rollouts in the pool", value=len(self.node.pool))
-        yield GaugeMetricFamily("rsp_pool_bytes", "Body bytes in the pool", value=self.node.pool.nbytes)
+        yield GaugeMetricFamily("rsp_pool_rollouts", "Rollouts in the pool", value=len(core.pool))
+        yield GaugeMetricFamily("rsp_pool_bytes", "Body bytes in the pool", value=core.pool.nbytes)
         yield GaugeMetricFamily("rsp_seen_entries", "Entries in the seen-cache", value=len(core.admission.seen))
         yield GaugeMetricFamily("rsp_known_addresses", "Addresses in the address book", value=len(core.addresses))
-        gate = self.node.gate
+        gate = self.gate
         yield GaugeMetricFamily("rsp_server_connections", "Open TCP connections to the servers", value=gate.open)
         refused = CounterMetricFamily("rsp_connections_refused", "TCP connections closed unread, by cap", labels=["cap"])
         for cap in ("per_ip", "total"):
@@ -63,9 +69,11 @@ class NodeCollector:
 
 
 class NodeMetrics:
-    def __init__(self, node: "PeerNode") -> None:
+    def __init__(self, core: "NodeCore", gate: "ConnectionGate", collectors: tuple = ()) -> None:
+        """`collectors`: other sources of figures on the same /metrics (the session's training figures)."""
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(NodeCollector(node))
+        for collector in (NodeCollector(core, gate), *collectors):
+            self.registry.register(collector)
 
     def render(self) -> tuple[bytes, str]:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST

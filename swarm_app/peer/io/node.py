@@ -8,13 +8,13 @@ call_soon_threadsafe, and the pool has its own lock. It makes no protocol decisi
 
 Constructor (what the session calls):
     PeerNode(config, identity, *, peer_table_path=None, clock=time.time, rng=None, regenerate_task=regenerate)
-    PeerNode.from_config(config, identity=None)  # identity from the keyring / key file, table in the data dir
+    PeerNode.from_config(config, identity=None, collectors=())  # identity from the keyring / key file,
+                                                                # table in the data dir
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import random
 import threading
@@ -69,7 +69,8 @@ class PeerNode:
 
     def __init__(self, config: PeerConfig, identity: Identity, *, peer_table_path: Path | None = None,
                  clock: Callable[[], float] = time.time, rng: random.Random | None = None,
-                 regenerate_task: Callable[[TaskRef], Task] = regenerate) -> None:
+                 regenerate_task: Callable[[TaskRef], Task] = regenerate, collectors: tuple = ()) -> None:
+        """`collectors`: more Prometheus collectors for this node's /metrics (the session's training figures)."""
         self.config, self.identity, self.clock = config, identity, clock
         self.rng = rng or random.Random()
         self.peer_table_path = peer_table_path
@@ -79,10 +80,10 @@ class PeerNode:
         addresses = AddressBook(self.rng, backoff_base_s=1.0, backoff_max_s=300.0)
         self.core = NodeCore(identity, admission, config.protocol, PeerBook(config.scores, self.rng),
                              addresses, self.rng)
-        self.metrics = NodeMetrics(self)
         self.gate = ConnectionGate(config.connections_per_ip,
                                    min(config.max_connections, descriptor_budget(soft_descriptor_limit())))
         """Caps on open server connections (all HTTP, websockets included), shared by both servers."""
+        self.metrics = NodeMetrics(self.core, self.gate, collectors)
         self.address: str | None = None
         """HOST:PORT the server is bound to (the real port when the config asked for port 0)."""
         self.metrics_address: str | None = None
@@ -99,10 +100,10 @@ class PeerNode:
         self._session: aiohttp.ClientSession | None = None
         self._mdns: discovery.MdnsDiscovery | None = None
         for addr in config.bootstrap:
-            addresses.add(addr, "bootstrap")
+            self.core.add_address(addr, "bootstrap")
 
     @classmethod
-    def from_config(cls, config: PeerConfig, identity: Identity | None = None) -> "PeerNode":
+    def from_config(cls, config: PeerConfig, identity: Identity | None = None, collectors: tuple = ()) -> "PeerNode":
         """The node of this user: identity from its store (unless given), peer table in the data dir
         (if enabled). Two nodes in one process need two identities: same key, same node id, and they
         refuse each other as "self"."""
@@ -111,7 +112,7 @@ class PeerNode:
             log.info("node id %s (key in %s)", loaded.identity.node_id, loaded.store)
             identity = loaded.identity
         table = user_dirs().data / discovery.PEER_TABLE_NAME if config.peer_table else None
-        return cls(config, identity, peer_table_path=table)
+        return cls(config, identity, peer_table_path=table, collectors=collectors)
 
     @property
     def node_id(self) -> str:
@@ -125,12 +126,12 @@ class PeerNode:
         self._ready = asyncio.Event()
         host, port = parse_address(self.config.listen)
         if self.peer_table_path is not None:
-            discovery.load_peer_table(self.peer_table_path, self.core.addresses)
+            self.core.load_peer_table(discovery.read_peer_table(self.peer_table_path))
         runner = await self._serve_app(server.create_app(self), host, port, "--listen")
         bound_port = runner.addresses[0][1]
         self.address = format_address(host, bound_port)
         for own_host in {host, "127.0.0.1", "localhost", "0.0.0.0"}:
-            self.core.addresses.mark_own(format_address(own_host, bound_port))
+            self.core.mark_own_address(format_address(own_host, bound_port))
         if self.config.metrics_listen:
             metrics_host, metrics_port = parse_address(self.config.metrics_listen)
             metrics = await self._serve_app(server.metrics_app(self), metrics_host, metrics_port, "--metrics-listen")
@@ -155,7 +156,7 @@ class PeerNode:
         return runner
 
     def _count_malformed(self) -> None:
-        self.core.counters["http_malformed"] += 1
+        self.core.count("http_malformed")
 
     async def background(self, app: web.Application) -> AsyncIterator[None]:
         """cleanup_ctx of the server app: the shared ClientSession and the tick loop live and die with it."""
@@ -241,21 +242,20 @@ class PeerNode:
 
     def stats(self) -> NodeStats:
         """A snapshot for the views. Call it on the event loop thread."""
-        return snapshot(self)
+        return snapshot(self.core, self.address, self.clock())
 
     def add_listener(self, listener: Listener) -> None:
         """`listener(entry, pushed)` runs on the loop for every admitted peer rollout."""
         self._listeners.append(listener)
 
     def add_peer(self, addr: str) -> None:
-        self.core.addresses.add(addr, "bootstrap")
+        self.core.add_address(addr, "bootstrap")
 
     def set_sharing(self, share: bool) -> None:
-        self.core.config = dataclasses.replace(self.core.config, share=share)
+        self.core.set_sharing(share)
 
     def _found_on_lan(self, addr: str, node_id: str | None) -> None:
-        if node_id != self.node_id:
-            self.core.addresses.add(addr, "mdns", node_id)
+        self.core.add_address(addr, "mdns", node_id)
 
     # --- actions
 
@@ -295,12 +295,12 @@ class PeerNode:
             return
         text = encode(message)
         if link.queued_bytes + len(text) > SEND_QUEUE_BYTES:
-            self.core.counters["send_dropped"] += 1
+            self.core.count("send_dropped")
             return
         try:
             link.queue.put_nowait(text)
         except asyncio.QueueFull:
-            self.core.counters["send_dropped"] += 1
+            self.core.count("send_dropped")
             return
         link.queued_bytes += len(text)
 
@@ -324,12 +324,12 @@ class PeerNode:
             ws, hello, rtt_s = await client.dial(self._session, addr, self.identity, self.address,
                                                  self.config.handshake_timeout_s, self.config.heartbeat_s)
         except client.PeerUnavailable as exc:
-            self.core.counters["dial_failures"] += 1
+            self.core.count("dial_failures")
             self._execute(self.core.on_dial_failed(addr, self.clock(), exc.http_only, exc.busy))
             log.debug("%s", exc)
             return
         except (HandshakeError, MessageError) as exc:
-            self.core.rejected["handshake"] += 1
+            self.core.on_handshake_failed()
             self.core.on_dial_failed(addr, self.clock())
             log.info("peer at %s failed the hello: %s", addr, exc)
             return
@@ -349,7 +349,7 @@ class PeerNode:
             await client.bye_and_close(ws, refusal, self.config.request_timeout_s)
             return
         if rtt_s is not None:
-            self.core.peers.get(hello.node, self.clock()).latency_ms = round(rtt_s * 1000, 1)
+            self.core.on_latency(hello.node, rtt_s, self.clock())
         link = self._links[conn] = Link(ws, asyncio.Queue(maxsize=SEND_QUEUE))
         link.writer = asyncio.get_running_loop().create_task(self._writer(link))
         self._execute(actions)

@@ -13,30 +13,49 @@ import asyncio
 import ipaddress
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import Any, AsyncIterator, Callable, Protocol
 
 import aiohttp
 from aiohttp import web
 
 from swarm_app import __version__
-from swarm_app.peer.core.identity import b64url
-from swarm_app.peer.core.messages import (HandshakeError, Hello, MessageError, ServerHandshake, decode_frame, encode,
-                                     fit_items)
+from swarm_app.peer.core.identity import Identity, b64url
+from swarm_app.peer.core.messages import HandshakeError, Hello, MessageError, ServerHandshake, decode_frame, encode
 from swarm_app.peer.core.ratelimit import BucketMap
+from swarm_app.peer.core.protocol import NodeCore
 from swarm_app.peer.core.wire import PROTOCOL_VERSION, WS_MAX_MSG_SIZE
-
-if TYPE_CHECKING:
-    from swarm_app.peer.io.node import PeerNode
 
 log = logging.getLogger(__name__)
 
-NODE: web.AppKey["PeerNode"] = web.AppKey("rsp_node")
+
+class ServedNode(Protocol):
+    """What the routes need of the node that serves them (peer/io/node.py's PeerNode): its core to ask,
+    its identity for the hello, and the connection loop for an accepted websocket."""
+
+    core: NodeCore
+    identity: Identity
+    config: Any
+    address: str | None
+    stopping: bool
+    metrics: Any
+    clock: Callable[[], float]
+
+    @property
+    def node_id(self) -> str: ...
+
+    def background(self, app: web.Application) -> AsyncIterator[None]: ...
+
+    async def serve(self, ws: Any, hello: Hello, direction: str, dialed: str | None, ip: str,
+                    rtt_s: float | None = None) -> None: ...
+
+
+NODE: web.AppKey[ServedNode] = web.AppKey("rsp_node")
 HTTP_LIMITS: web.AppKey[BucketMap[str]] = web.AppKey("rsp_http_limits", BucketMap)
 PREFIX = "/rsp/v1"
 MAX_REQUEST_BYTES = 4096
 
 
-def create_app(node: "PeerNode") -> web.Application:
+def create_app(node: ServedNode) -> web.Application:
     app = web.Application(client_max_size=MAX_REQUEST_BYTES)
     app[NODE] = node
     app[HTTP_LIMITS] = BucketMap(node.config.http_rate, node.config.http_burst, capacity=4096)
@@ -49,7 +68,7 @@ def create_app(node: "PeerNode") -> web.Application:
     return app
 
 
-def metrics_app(node: "PeerNode") -> web.Application:
+def metrics_app(node: ServedNode) -> web.Application:
     """A separate app serving only /metrics, for `metrics_listen`."""
     app = web.Application(client_max_size=MAX_REQUEST_BYTES)
     app[NODE] = node
@@ -83,17 +102,14 @@ async def sample(request: web.Request) -> web.Response:
         return web.json_response({"error": "rate limited"}, status=429)
     node = request.app[NODE]
     try:
-        limit = max(1, min(int(request.query.get("max", "20")), node.config.protocol.pull_max))
+        limit = int(request.query.get("max", "20"))  # the core keeps it within 1..pull_max
         have = {}
         for pair in filter(None, request.query.get("have", "").split(",")[:100]):
             author, _, ts = pair.partition(".")
             have[author[:64]] = int(ts)
     except ValueError:
         return web.json_response({"error": "max must be an integer; have is AUTHOR.TS,..."}, status=400)
-    now = node.clock()
-    signed = node.pool.for_pull(have, limit, int(now * 1000), "", node.rng)
-    node.core.counters["http_samples_served"] += 1
-    return web.json_response({"items": fit_items([s.to_item() for s in signed])})
+    return web.json_response({"items": node.core.serve_http_sample(have, limit, node.clock())})
 
 
 async def websocket(request: web.Request) -> web.StreamResponse:
@@ -115,7 +131,7 @@ async def websocket(request: web.Request) -> web.StreamResponse:
     return ws
 
 
-async def handshake(ws: web.WebSocketResponse, node: "PeerNode") -> tuple[Hello, float] | None:
+async def handshake(ws: web.WebSocketResponse, node: ServedNode) -> tuple[Hello, float] | None:
     """Server side of the hello: the peer's hello and the round trip of ours (seconds). None (counted
     as a "handshake" rejection) when it fails."""
     hs = ServerHandshake(node.identity, node.address)
@@ -131,7 +147,7 @@ async def handshake(ws: web.WebSocketResponse, node: "PeerNode") -> tuple[Hello,
             return hs.on_client_proof(proof), time.perf_counter() - sent
     except (TimeoutError, MessageError, HandshakeError, ConnectionError, aiohttp.ClientError) as exc:
         log.debug("inbound hello failed: %s", exc)
-        node.core.rejected["handshake"] += 1
+        node.core.on_handshake_failed()
         return None
 
 

@@ -11,7 +11,7 @@ import pytest
 from swarm_app.kernel.errors import UsageError
 from swarm_app.peer.core.config import DEFAULT_LISTEN, PeerConfig
 from swarm_app.peer.io.local_nodes import demo_config, run_demo
-from swarm_app.peer.io.discovery import MdnsDiscovery, advertised_ips, load_peer_table
+from swarm_app.peer.io.discovery import MdnsDiscovery, advertised_ips, read_peer_table
 from swarm_app.peer.core.addressbook import AddressBook
 from swarm_app.peer.io.node import PeerNode
 from swarm_app.kernel.settings import Settings
@@ -115,11 +115,11 @@ async def test_mdns_answers_become_addresses(monkeypatch):
 def test_a_damaged_peer_table_is_an_empty_one(tmp_path: Path):
     path = tmp_path / "peers.json"
     book = AddressBook(__import__("random").Random(0))
-    assert load_peer_table(path, book) == 0  # missing
+    assert book.load_json(read_peer_table(path)) == 0  # missing
     path.write_text("{not json")
-    assert load_peer_table(path, book) == 0
+    assert book.load_json(read_peer_table(path)) == 0
     path.write_text('{"peers": [{"addr": "10.0.0.1:5"}, {"addr": 7}, "x"]}')
-    assert load_peer_table(path, book) == 1
+    assert book.load_json(read_peer_table(path)) == 1
 
 
 async def test_each_node_has_its_own_metrics_registry():
