@@ -77,8 +77,7 @@ def recommend(hw: Hardware, engine: str) -> Recommendation:
     model, batch, why_not_bigger = _fit(hw, on_gpu, budget, 2 if bf16 else 4)
     threads = max(1, hw.cores)
     where = f"{hw.cuda_name or 'GPU'} with {memory / GIB:.0f} GiB" if on_gpu else f"{memory / GIB:.0f} GiB RAM free, CPU"
-    reason = (f"{hw.cores} physical cores: {threads} threads; {where}: {model.label} at I = {batch.local}, "
-              f"L = {batch.completions}, up to {batch.max_new_tokens} new tokens")
+    reason = f"{hw.cores} physical cores: {threads} threads; {where}: {model.label}"  # the run's batch: its settings
     return Recommendation(threads, model, batch, memory, reason + (f" ({why_not_bigger})" if why_not_bigger else ""))
 
 

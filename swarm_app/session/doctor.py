@@ -24,6 +24,9 @@ from swarm_app.kernel import hardware, sizing
 from swarm_app.kernel.errors import SwarmError
 from swarm_app.kernel.paths import user_dirs
 from swarm_app.kernel.settings import Settings
+from swarm_app.session.engine import engine_threads, open_engine, prepare_model
+from swarm_app.session.model import ResolvedModel
+from swarm_app.session.recommendations import read_recommendations
 
 PEER_TIMEOUT_S = 2.0
 ENGINE_MODULES = {"torch": ("torch", "transformers", "peft"), "mlx": ("mlx", "mlx_lm"),
@@ -76,7 +79,10 @@ def engine_status(name: str, hw: Hardware) -> dict:
 
 
 def build_report(settings: Settings, hw: Hardware, pace: bool = False) -> dict:
+    """The whole report. The model's recommended settings are applied to `settings` first (as a run does),
+    so "run" shows the values `swarm run` will use."""
     engines = [engine_status(name, hw) for name in registry.KNOWN_ENGINES]
+    resolved, model = _model(settings)
     try:
         chosen, reason = registry.choose(settings.model.backend, hw)
     except BackendError as exc:
@@ -90,57 +96,66 @@ def build_report(settings: Settings, hw: Hardware, pace: bool = False) -> dict:
         "recommended": {"threads": advice.threads, "model": advice.model.path or "(bundled)",
                         "local": advice.batch.local, "completions": advice.batch.completions,
                         "max_new_tokens": advice.batch.max_new_tokens, "reason": advice.reason},
-        "model": _model(settings),
+        "run": _run_settings(settings, advice, model),
+        "model": model,
         "paths": _paths(settings),
         "listen": _listen(settings.peer.listen),
         "peers": asyncio.run(_peers(settings.peer.peers)) if settings.peer.peers else [],
-        "pace": _pace(settings, chosen, advice) if pace and chosen else PACE_HINT,
+        "pace": _pace(settings, hw, resolved) if pace and chosen else PACE_HINT,
     }
 
 
-def _pace(settings: Settings, engine_name: str, advice: sizing.Recommendation) -> dict | str:
-    """Seconds per round at the recommended I, L and completion length on `engine_name`, from two probe
-    rounds after a warm-up: 1 question and 2 questions of L completions each. A round costs a fixed part
-    plus a part per question, so round(I) = t1 + (I - 1) x (t2 - t1)."""
+def _run_settings(settings: Settings, advice: sizing.Recommendation, model: dict) -> dict:
+    """What `swarm run` will use: the settings after the model's swarm.toml, and the thread count."""
+    t, m = settings.train, settings.model
+    return {"local": t.local, "external": t.external, "completions": t.completions,
+            "max_new_tokens": m.max_new_tokens, "temperature": m.temperature,
+            "threads": engine_threads(settings, advice), "model_settings": model.get("recommended", {})}
+
+
+def _pace(settings: Settings, hw: Hardware, model: ResolvedModel | SwarmError) -> dict | str:
+    """Seconds per round at the run's I, L and completion length, on the engine and threads the run gets,
+    from two probe rounds after a warm-up: 1 question and 2 questions of L completions each. A round
+    costs a fixed part plus a part per question, so round(I) = t1 + (I - 1) x (t2 - t1)."""
     from backends.base import Sampling
     from swarm_app.kernel import tasks
-    from swarm_app.session.model import resolve
-    from swarm_app.session.setup import model_spec
     from swarm_app.training.loop import RoundPlan, Trainer
 
-    batch = advice.batch
     try:
-        folder = resolve(settings.model.path).folder
-        engine = registry.load(engine_name, model_spec(settings, folder, threads=advice.threads))
-    except (SwarmError, BackendError) as exc:
-        return f"not probed: {getattr(exc, 'message', None) or exc}"
+        if isinstance(model, SwarmError):
+            raise model
+        opened = open_engine(settings, hw, model=model)
+    except SwarmError as exc:
+        return f"not probed: {exc.message}"
+    engine, t = opened.backend, settings.train
     specs = tasks.preset(settings.tasks.preset)
-    sampling = Sampling(max_new_tokens=batch.max_new_tokens, temperature=settings.model.temperature)
+    sampling = Sampling(max_new_tokens=settings.model.max_new_tokens, temperature=settings.model.temperature)
     took = []
     try:
         engine.generate([tasks.regenerate(tasks.draw(specs, 0, 0, 1)[0]).messages()], 2,
                         Sampling(max_new_tokens=4, seed=0))  # warm-up: first-call costs are not the pace
         for questions in (1, 2):
-            trainer = Trainer(engine, RoundPlan(specs, questions, 0, batch.completions, seed=questions, sampling=sampling))
+            trainer = Trainer(engine, RoundPlan(specs, questions, 0, t.completions, seed=questions, sampling=sampling))
             started = time.perf_counter()
             trainer.run_round(1)
             took.append(time.perf_counter() - started)
     finally:
         engine.close()
-    round_s = max(took[0] + (batch.local - 1) * max(took[1] - took[0], 0.0), 1e-3)
-    return {"round_s": round(round_s, 3), "rounds_per_hour": round(3600 / round_s), "probe_s": [round(t, 3) for t in took],
-            "how": f"probe rounds of 1 and 2 questions x {batch.completions} on {engine_name} "
-                   f"({took[0]:.2f} s, {took[1]:.2f} s), extended to {batch.local} questions"}
+    round_s = max(took[0] + (t.local - 1) * max(took[1] - took[0], 0.0), 1e-3)
+    return {"round_s": round(round_s, 3), "rounds_per_hour": round(3600 / round_s), "probe_s": [round(x, 3) for x in took],
+            "how": f"probe rounds of 1 and 2 questions x {t.completions} on {opened.name} with {opened.threads} "
+                   f"thread{'s' if opened.threads > 1 else ''} ({took[0]:.2f} s, {took[1]:.2f} s), extended to "
+                   f"{t.local} questions"}
 
 
-def _model(settings: Settings) -> dict:
-    from swarm_app.session.model import resolve
-
+def _model(settings: Settings) -> tuple[ResolvedModel | SwarmError, dict]:
+    """The model `--model` resolves to (or why not), with its recommended settings applied to `settings`."""
     try:
-        resolved = resolve(settings.model.path)
+        resolved = prepare_model(settings)
     except SwarmError as exc:
-        return {"folder": None, "model_id": None, "error": exc.message}
-    return {"folder": str(resolved.folder), "model_id": resolved.model_id, "error": None}
+        return exc, {"folder": None, "model_id": None, "error": exc.message}
+    return resolved, {"folder": str(resolved.folder), "model_id": resolved.model_id, "error": None,
+                      "recommended": read_recommendations(resolved.folder)}
 
 
 def _paths(settings: Settings) -> dict:
@@ -221,6 +236,10 @@ def format_text(report: dict) -> str:
         lines.append(f"  {e['name']:10s} {mark:9s} {e['reason']}" + (f"  -> {e['install']}" if e["install"] else ""))
     lines.append(f"chosen: {report['chosen'] or 'none'} ({report['reason']})")
     lines.append(f"recommended: {report['recommended']['reason']}")
+    run = report["run"]
+    why = f" (the model's swarm.toml sets {', '.join(run['model_settings'])})" if run["model_settings"] else ""
+    lines.append(f"run settings: I = {run['local']} questions, J = {run['external']} from peers, L = {run['completions']} "
+                 f"completions, up to {run['max_new_tokens']} new tokens, {run['threads']} threads{why}")
     model = report["model"]
     lines.append(f"model: {model['model_id']} in {model['folder']}" if model["folder"] else f"model: {model['error']}")
     lines += [f"{key.replace('_', ' ')}: {value}" for key, value in report["paths"].items()]

@@ -5,14 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from backends import registry
 from backends.adapter_convert import adapter_shape
 from backends.base import BackendError, Hardware, Sampling
 from swarm_app.kernel import tasks
 from swarm_app.kernel.errors import ModelError
-from swarm_app.session.recommendations import apply_recommendations
-from swarm_app.session.model import resolve
-from swarm_app.session.setup import engine_threads, model_spec
+from swarm_app.session.engine import open_engine, prepare_model
 from swarm_app.kernel.settings import Settings
 from swarm_app.training.checkpoint import Checkpoints
 from swarm_app.training.evaluation import EvalResult, SampledResult, evaluate, sampled_reward
@@ -41,29 +38,27 @@ def run_eval(settings: Settings, adapter: Path | None, n: int, hardware: Hardwar
     """Greedy held-out accuracy on `n` questions; with `samples` > 0 also their mean reward over that many
     completions each at the rollout settings (temperature, top_p, length) of `settings`."""
     specs = tasks.preset(settings.tasks.preset)
-    model = resolve(settings.model.path)
-    model_dir = model.folder
-    apply_recommendations(settings, model_dir)  # the run's values, so its held-out scores compare with these
+    model = prepare_model(settings)  # the run's values, so its held-out scores compare with these
     adapter_dir = adapter_folder(adapter) if adapter else None
     try:
         shape = adapter_shape(adapter_dir) if adapter_dir is not None else None
-        if shape is not None:  # eval never trains: the adapter's own shape, whatever the LoRA settings say
-            settings.lora.rank, settings.lora.alpha = shape
-        name, _ = registry.choose(settings.model.backend, hardware, training=False)
-        backend = registry.load(name, model_spec(settings, model_dir, trainable=False, model_id=model.model_id,
-                                                 threads=engine_threads(settings, hardware, name)))
-        if adapter_dir is not None:
-            backend.load_adapter(adapter_dir)
     except BackendError as exc:
         raise ModelError(str(exc)) from None
+    if shape is not None:  # eval never trains: the adapter's own shape, whatever the LoRA settings say
+        settings.lora.rank, settings.lora.alpha = shape
+    backend = open_engine(settings, hardware, trainable=False, model=model).backend
     refs = tasks.heldout(specs, n)
     m = settings.model
     try:
+        if adapter_dir is not None:
+            backend.load_adapter(adapter_dir)
         sampled = None
         if samples > 0:
             rollout = Sampling(max_new_tokens=m.max_new_tokens, temperature=m.temperature, top_p=m.top_p, seed=0)
             sampled = sampled_reward(backend, refs, rollout, samples)
-        return EvalReport(evaluate(backend, refs, m.max_new_tokens), model_dir, adapter_dir, sampled)
+        return EvalReport(evaluate(backend, refs, m.max_new_tokens), model.folder, adapter_dir, sampled)
+    except BackendError as exc:
+        raise ModelError(str(exc)) from None
     finally:
         backend.close()
 

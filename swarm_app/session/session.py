@@ -15,26 +15,21 @@ import dataclasses
 import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Callable
 
-from backends import registry
-from backends.base import BackendError, Cancelled, EngineBroken, Hardware, Sampling
+from backends.base import Cancelled, Hardware, Sampling
 from swarm_app.kernel import tasks
-from swarm_app.kernel.errors import CheckpointError, ModelError, SwarmError
+from swarm_app.kernel.errors import CheckpointError, SwarmError
 from swarm_app.session.bus import EventBus, LogForwarder
 from swarm_app.kernel.events import (CheckpointSaved, Event, ModelLoading, RoundFinished, RoundStarted,
                               RunStarted, RunStopped, SharingChanged, SwarmJoined, TrainingPaused, TrainingResumed)
 from swarm_app.kernel.files import check_writable_folder
-from swarm_app.session.recommendations import apply_recommendations
-from swarm_app.session.model import resolve
+from swarm_app.session.engine import OpenedEngine, open_engine, prepare_model
 from swarm_app.session.peer_events import PeerTracker
 from swarm_app.kernel.rollouts import RolloutExchange
 from swarm_app.kernel.settings import Settings
-from swarm_app.kernel.sizing import recommend
-from swarm_app.session.setup import (check_run_matches, detect_hardware, engine_threads, load_checkpoint_adapter,
-                                 model_spec, move_old_run_aside, peer_config, run_dir_of, run_seed, usable_listen,
-                                 write_failed, write_run_file)
+from swarm_app.session.setup import (check_run_matches, load_checkpoint_adapter, move_old_run_aside, peer_config,
+                                     run_dir_of, run_seed, usable_listen, write_failed, write_run_file)
 from swarm_app.training.checkpoint import Checkpoints, CheckpointState
 from swarm_app.training.loop import RoundAbandoned, RoundPlan, Trainer
 from swarm_app.training.metrics_log import MetricsLog
@@ -81,10 +76,8 @@ class Session:
         self.metrics = MetricsLog(self.run_dir / "metrics.jsonl")
         self.checkpoints = Checkpoints(self.run_dir)
         self.trainer: Trainer | None = None
-        self.backend_name = ""
-        self.backend_reason = ""
+        self.engine: OpenedEngine | None = None
         self.model = None
-        self.advice = None
         self.peer_config = None
         self.peer_node = exchange if callable(getattr(exchange, "stats", None)) else None
         self.seed = 0
@@ -154,9 +147,8 @@ class Session:
         specs = tasks.preset(self.settings.tasks.preset)
         if self.exchange is None and self.settings.peer.enabled:
             self.peer_config = peer_config(self.settings)
-        self.model = resolve(self.settings.model.path)
+        self.model = prepare_model(self.settings)  # its swarm.toml, below every layer the user set
         model_dir = self.model.folder
-        apply_recommendations(self.settings, model_dir)  # its swarm.toml, below every layer the user set
         check_writable_folder(self.run_dir, "--run-dir")
         started = check_run_matches(self.run_dir, model_dir, self.settings.tasks.preset, self.fresh)
         self.seed = run_seed(self.settings, started)
@@ -164,7 +156,7 @@ class Session:
             self.peer_config = usable_listen(self.peer_config, self.settings)
         if self._already_finished():
             return
-        backend = self._load_backend(model_dir)
+        backend = self._load_backend()
         if self.fresh:
             move_old_run_aside(self.run_dir)
         if self.checkpoints.exists():
@@ -172,6 +164,8 @@ class Session:
         else:
             self.metrics.keep_rounds(0)  # rows of rounds that never reached a checkpoint
         write_run_file(self.run_dir, model_dir, self.settings, self.seed, self.backend_name)
+        if self.exchange is None and self.peer_config is not None:
+            self.exchange = self._peer_node()
         self.trainer = Trainer(backend, self._plan(specs), self.exchange, self.events.publish_threadsafe)
 
     def _already_finished(self) -> bool:
@@ -188,33 +182,32 @@ class Session:
         self.next_round, self.last_checkpoint = state.round + 1, str(folder)
         return True
 
-    def _load_backend(self, model_dir: Path):
-        """The engine `--backend` names, or the best that works here: with auto, an engine that is
-        installed but broken is skipped for the next one (saying so); a chosen one is never swapped."""
-        requested = self.settings.model.backend
-        if self.hardware is None:
-            self.hardware = detect_hardware(requested)
-        try:
-            self.backend_name, self.backend_reason = registry.choose(requested, self.hardware)
-            fallbacks = [n for n in registry.auto_order(self.hardware) if n != self.backend_name] if requested == "auto" else []
-            while True:
-                try:
-                    return self._load_engine(model_dir)
-                except EngineBroken as exc:
-                    if not fallbacks:
-                        raise
-                    log.warning("%s; using the %s engine instead", exc, fallbacks[0])
-                    self.backend_name = fallbacks.pop(0)
-                    self.backend_reason = f"fallback: the engine auto chose first does not load ({exc})"
-        except BackendError as exc:
-            raise ModelError(str(exc)) from None
+    @property
+    def backend_name(self) -> str:
+        return self.engine.name if self.engine else ""
 
-    def _load_engine(self, model_dir: Path):
-        self.events.publish_threadsafe(ModelLoading(self.model.model_id, self.backend_name, "loading the model"))
-        self.advice = recommend(self.hardware, self.backend_name)
-        threads = engine_threads(self.settings, self.hardware, self.backend_name)
-        return registry.load(self.backend_name, model_spec(self.settings, model_dir, model_id=self.model.model_id,
-                                                           threads=threads))
+    @property
+    def backend_reason(self) -> str:
+        return self.engine.reason if self.engine else ""
+
+    def _load_backend(self):
+        """The engine `--backend` names, or the best that works here (session/engine.py)."""
+        def loading(name: str) -> None:
+            self.events.publish_threadsafe(ModelLoading(self.model.model_id, name, "loading the model"))
+
+        self.engine = open_engine(self.settings, self.hardware, model=self.model, on_attempt=loading)
+        self.hardware = self.hardware or self.engine.hardware
+        return self.engine.backend
+
+    def _peer_node(self):
+        """This user's peer node, built now and started when the run begins; /metrics also shows the
+        training figures of the last round."""
+        from swarm_app.peer.io.node import PeerNode  # deferred: only networked runs need aiohttp's server side
+        from swarm_app.training.prometheus import RoundCollector
+
+        node = PeerNode.from_config(self.peer_config, collectors=(RoundCollector(lambda: self.last_row),))
+        self.peer_node = node
+        return node
 
     def _plan(self, specs: list[tasks.TaskSpec]) -> RoundPlan:
         t, m = self.settings.train, self.settings.model
@@ -286,21 +279,12 @@ class Session:
         self.last_checkpoint = str(folder)
         return state.round
 
-    def _machine_line(self) -> str:
-        """The sizing advice, saying so where model.threads overrides its thread count."""
-        if self.advice is None:
-            return ""
-        threads = self.settings.model.threads
-        if threads and threads != self.advice.threads:
-            return f"{self.advice.reason}; running {threads} thread{'s' if threads > 1 else ''} as set (model.threads)"
-        return self.advice.reason
-
     async def _run_rounds(self) -> int:
         trainer, total = self.trainer, self.settings.train.rounds
         self.events.publish(RunStarted(str(self.run_dir), self.backend_name, self.backend_reason,
                                        trainer.backend.model_id, self.settings.tasks.preset, self.next_round, total,
                                        trainer.backend.device(), trainer.backend.memory(),
-                                       self._machine_line(), self.hardware.ram_bytes))
+                                       self.engine.machine_line(self.settings), self.hardware.ram_bytes))
         last_saved = last_done = self.next_round - 1
         reason = "finished"
         watcher = None
@@ -377,20 +361,13 @@ class Session:
         self.metrics_rows += 1
 
     async def _join_swarm(self) -> None:
-        """Start this user's peer node. It never blocks training: unreachable peers are retried later."""
-        if self.peer_config is None:
-            if self.peer_node is not None:  # a node the caller runs (the demo)
-                self.events.publish(SwarmJoined(self.peer_node.node_id, self.peer_node.address or ""))
+        """Start this user's peer node (built in open()). It never blocks training: unreachable peers are
+        retried later."""
+        if self.peer_node is None:
             return
-        from swarm_app.peer.io.node import PeerNode  # deferred: only networked runs need aiohttp's server side
-
-        node = PeerNode.from_config(self.peer_config)
-        await node.start()  # the address was probed in open(); only a race with another program fails here
-        self.peer_node = self.trainer.exchange = self.exchange = node
-        from swarm_app.training.prometheus import RoundCollector
-
-        node.metrics.registry.register(RoundCollector(lambda: self.last_row))
-        self.events.publish(SwarmJoined(node.node_id, node.address or ""))
+        if self.peer_config is not None:  # the caller's node (the demo) is started by the caller
+            await self.peer_node.start()  # the address was probed in open(); only a race with another program fails here
+        self.events.publish(SwarmJoined(self.peer_node.node_id, self.peer_node.address or ""))
 
     def _swarm_figures(self) -> dict:
         if self.peer_node is None:

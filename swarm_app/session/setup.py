@@ -23,7 +23,6 @@ from swarm_app.kernel.errors import CheckpointError, SwarmError, UsageError
 from swarm_app.kernel.files import write_text_atomic
 from swarm_app.kernel.paths import user_dirs
 from swarm_app.kernel.settings import PeerSettings, Settings, describe
-from swarm_app.kernel.sizing import recommend
 from swarm_app.training.checkpoint import read_state
 
 log = logging.getLogger(__name__)
@@ -43,12 +42,6 @@ def peer_config(settings: Settings):
                         bootstrap=tuple(check_address(a, "peer.peers") for a in peer.peers), mdns=peer.mdns,
                         metrics_listen=check_address(peer.metrics_listen, "peer.metrics_listen") if peer.metrics_listen else None)
     return config.with_protocol(share=peer.share)
-
-
-def engine_threads(settings: Settings, hardware: Hardware, engine: str) -> int:
-    """The engine's thread count: model.threads where set, else the sizing advice (one per physical core).
-    Every command that loads an engine asks here, so `swarm eval` runs side by side as its runs do."""
-    return settings.model.threads or recommend(hardware, engine).threads
 
 
 def model_spec(settings: Settings, model_dir: Path, trainable: bool = True, *, model_id: str = "",

@@ -1,0 +1,89 @@
+"""Opening an engine: the one way every command that loads a model does it (run, demo, eval, doctor --pace).
+
+`prepare_model(settings)` resolves `--model` to a local folder and applies the model's own recommended
+settings (its `swarm.toml`, below every layer the user set), so whatever is loaded next, and whatever is
+reported, uses the values the run uses. `open_engine(...)` then chooses the engine (`--backend`, or the
+best that works here), sizes its threads once, and loads it: with `--backend auto` an engine that is
+installed but broken is skipped for the next one (saying so); an engine the user named is never swapped.
+Engine errors become one-line ModelErrors. Nothing here writes a file.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Callable
+
+from backends import registry
+from backends.base import Backend, BackendError, EngineBroken, Hardware
+from swarm_app.kernel.errors import ModelError
+from swarm_app.kernel.settings import Settings
+from swarm_app.kernel.sizing import Recommendation, recommend
+from swarm_app.session.model import ResolvedModel, resolve
+from swarm_app.session.recommendations import apply_recommendations
+from swarm_app.session.setup import detect_hardware, model_spec
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class OpenedEngine:
+    """A loaded engine and how it was chosen, for the views and the run file."""
+
+    backend: Backend
+    name: str
+    reason: str
+    """Why this engine (the flag, the automatic choice, or a fallback and why)."""
+    model: ResolvedModel
+    advice: Recommendation
+    threads: int
+    hardware: Hardware
+
+    def machine_line(self, settings: Settings) -> str:
+        """The sizing advice with the batch this run uses, saying so where model.threads overrides it."""
+        t, m = settings.train, settings.model
+        line = f"{self.advice.reason}; runs I = {t.local}, L = {t.completions}, up to {m.max_new_tokens} new tokens"
+        if m.threads and m.threads != self.advice.threads:
+            line += f"; running {m.threads} thread{'s' if m.threads > 1 else ''} as set (model.threads)"
+        return line
+
+
+def prepare_model(settings: Settings) -> ResolvedModel:
+    """`--model` as a local folder, with its recommended settings applied to `settings`."""
+    model = resolve(settings.model.path)
+    apply_recommendations(settings, model.folder)
+    return model
+
+
+def engine_threads(settings: Settings, advice: Recommendation) -> int:
+    """model.threads where set, else the sizing advice (one per physical core)."""
+    return settings.model.threads or advice.threads
+
+
+def open_engine(settings: Settings, hardware: Hardware | None = None, *, trainable: bool = True,
+                model: ResolvedModel | None = None,
+                on_attempt: Callable[[str], None] | None = None) -> OpenedEngine:
+    """Choose, size and load the engine for `settings` (prepared with `prepare_model` unless `model` is
+    given). `on_attempt(name)` is called before each engine starts loading (the session shows it)."""
+    model = model or prepare_model(settings)
+    requested = settings.model.backend
+    hardware = hardware or detect_hardware(requested)
+    try:
+        name, reason = registry.choose(requested, hardware, training=trainable)
+        fallbacks = [n for n in registry.auto_order(hardware) if n != name] if requested == "auto" else []
+        while True:
+            if on_attempt is not None:
+                on_attempt(name)
+            advice = recommend(hardware, name)
+            threads = engine_threads(settings, advice)
+            spec = model_spec(settings, model.folder, trainable, model_id=model.model_id, threads=threads)
+            try:
+                return OpenedEngine(registry.load(name, spec), name, reason, model, advice, threads, hardware)
+            except EngineBroken as exc:
+                if not fallbacks:
+                    raise
+                log.warning("%s; using the %s engine instead", exc, fallbacks[0])
+                name = fallbacks.pop(0)
+                reason = f"fallback: the engine auto chose first does not load ({exc})"
+    except BackendError as exc:
+        raise ModelError(str(exc)) from None
