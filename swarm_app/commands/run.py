@@ -59,7 +59,7 @@ def wants_tui(settings) -> bool:
 
 async def _run_until_stopped(session) -> None:
     from swarm_app.kernel.stopping import on_stop_signals
-    from swarm_app.watch.history import watched
+    from swarm_app.watch.service import watched
 
     undo = on_stop_signals(asyncio.get_running_loop(), session.stop)
     try:
@@ -79,7 +79,10 @@ def _run_per_gpu(args: argparse.Namespace, settings) -> int:
     nodes = plan_nodes(gpus, typed, run_dir_of(settings), settings.peer.listen, settings.peer.enabled)
     for node in nodes:
         print(f"gpu {node.gpu}: run folder {node.run_dir}" + (f", listening on {node.listen}" if settings.peer.enabled else ""))
-    return asyncio.run(run_nodes(nodes, settings.run.log_format))
+    from swarm_app.headless import HeadlessView
+
+    views = {node.gpu: HeadlessView(settings.run.log_format, prefix=f"gpu {node.gpu}  ") for node in nodes}
+    return asyncio.run(run_nodes(nodes, lambda gpu, event: views[gpu](event)))
 
 
 def _run_in_tui(session) -> int:

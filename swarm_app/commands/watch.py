@@ -1,13 +1,21 @@
 """`swarm watch`: look in on a node running on this machine, read-only.
 
-Owns the flags; swarm_app/watch/client.py connects and shows the node's events.
+Owns the flags and the choice of view: the node's events (swarm_app/watch/client.py's stream) in the
+same TUI as `swarm run`, without controls, or as the headless lines with `--no-ui`.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import time
+from pathlib import Path
+from typing import Callable
 
 from swarm_app.commands import flags
+from swarm_app.kernel import logs
+from swarm_app.kernel.errors import SwarmError
+from swarm_app.kernel.events import LogRecorded
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -19,6 +27,50 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 def main(args: argparse.Namespace) -> int:
     settings = flags.load_settings_for(args)
     from swarm_app.session.setup import run_dir_of
-    from swarm_app.watch.client import watch
 
     return watch(run_dir_of(settings), settings.run.ui, settings.run.log_format)
+
+
+def watch(run_dir: Path, ui: bool, log_format: str = "text") -> int:
+    """The command: 0 when the user quits (TUI) or the node stopped (--no-ui)."""
+    try:
+        return asyncio.run(watch_in_tui(run_dir) if ui else print_events(run_dir, log_format))
+    except KeyboardInterrupt:
+        return 0  # the watcher detaches; the node runs on
+
+
+async def print_events(run_dir: Path, log_format: str) -> int:
+    from swarm_app.headless import HeadlessView
+    from swarm_app.watch.client import NodeStream
+
+    view = HeadlessView(log_format)
+    async with NodeStream(run_dir) as stream:
+        async for event in stream.events():
+            view(event)
+    if not stream.stopped:
+        raise SwarmError(f"the connection to the node in {run_dir} closed before it stopped "
+                         f"({stream.close_reason}); run swarm watch again to reattach")
+    return 0
+
+
+async def watch_in_tui(run_dir: Path) -> int:
+    from swarm_app.tui.app import SwarmApp
+    from swarm_app.watch.client import NodeStream
+
+    async with NodeStream(run_dir) as stream:  # connect first: a problem is one line, not a screen
+        app = SwarmApp(lambda deliver: feed(stream, deliver), None, subtitle=f"watching {run_dir}")
+        with logs.terminal_owned_by_tui():
+            code = await app.run_async()
+    if app.error is not None:
+        raise app.error
+    return code or 0
+
+
+async def feed(stream, deliver: Callable) -> None:
+    """The TUI's source: events until the stream ends, then the screen stays until the user quits."""
+    async for event in stream.events():
+        deliver(event)
+    if not stream.stopped:
+        deliver(LogRecorded("warning", f"the connection to the node closed ({stream.close_reason}); "
+                                       "quit with q and run swarm watch again to reattach", time.time()))
+    await asyncio.Event().wait()  # cancelled when the app exits

@@ -4,8 +4,9 @@ Each GPU's node is its own `swarm run --no-ui --log-format json` process (CUDA_V
 its GPU, so a crash or an out-of-memory on one card leaves the others training), with its own key
 (peer.identity "gpu-N"), run folder (`<run>-gpuN`), listen port (the base port + N, 0 stays 0) and
 status endpoint (so `swarm watch --run-dir <run>-gpuN` shows one node in the TUI). Nodes 1.. dial
-node 0 on this machine. This process only starts them, prints their events as headless lines with a
-"gpu N" prefix, and passes SIGINT/SIGTERM on; it exits 0 when every node stopped cleanly.
+node 0 on this machine. This process only starts them, hands their events to the caller (`swarm run`
+prints them as headless lines with a "gpu N" prefix), and passes SIGINT/SIGTERM on; it exits 0 when
+every node stopped cleanly.
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from swarm_app.kernel.errors import UsageError
-from swarm_app.kernel.events import event_from_dict
-from swarm_app.headless import HeadlessView
+from swarm_app.kernel.events import Event, event_from_dict
 
 log = logging.getLogger(__name__)
 
@@ -81,15 +82,16 @@ def without_gpus_flag(argv: list[str]) -> list[str]:
     return out
 
 
-async def run_nodes(nodes: list[GpuNode], log_format: str) -> int:
-    """Start every node, print their events, pass stop signals on. 0 when every node stopped cleanly."""
+async def run_nodes(nodes: list[GpuNode], on_event: Callable[[int, Event], None]) -> int:
+    """Start every node, hand their events to `on_event(gpu, event)`, pass stop signals on. 0 when every
+    node stopped cleanly."""
     from swarm_app.kernel.stopping import on_stop_signals
 
     procs = [await asyncio.create_subprocess_exec(*n.argv, env=n.env, stdout=asyncio.subprocess.PIPE)
              for n in nodes]
     undo = on_stop_signals(asyncio.get_running_loop(), lambda: [_terminate(p) for p in procs])
     try:
-        codes = await asyncio.gather(*(_relay(n, p, log_format) for n, p in zip(nodes, procs)))
+        codes = await asyncio.gather(*(_relay(n, p, on_event) for n, p in zip(nodes, procs)))
     finally:
         undo()
     failed = [f"gpu {n.gpu} (exit {code})" for n, code in zip(nodes, codes) if code != 0]
@@ -99,8 +101,7 @@ async def run_nodes(nodes: list[GpuNode], log_format: str) -> int:
     return 1 if failed else 0
 
 
-async def _relay(node: GpuNode, proc: asyncio.subprocess.Process, log_format: str) -> int:
-    view = HeadlessView(log_format, prefix=f"gpu {node.gpu}  ")
+async def _relay(node: GpuNode, proc: asyncio.subprocess.Process, on_event: Callable[[int, Event], None]) -> int:
     async for line in proc.stdout:
         text = line.decode("utf-8", errors="replace").strip()
         try:
@@ -108,7 +109,7 @@ async def _relay(node: GpuNode, proc: asyncio.subprocess.Process, log_format: st
         except ValueError:  # json.JSONDecodeError is a ValueError too
             log.debug("gpu %d: not an event: %s", node.gpu, text[:200])
             continue
-        view(event)
+        on_event(node.gpu, event)
     return await proc.wait()
 
 

@@ -1,26 +1,23 @@
-"""`swarm watch`: look in on a node that already runs on this machine, read-only.
+"""The watcher's side of `swarm watch`: a node's event stream, read-only.
 
-It reads `watch.json` in the run folder (port and token), opens the node's status endpoint
-(status_endpoint.py) and shows the event stream in the same TUI as `swarm run`, without controls,
-or as the headless text lines with `--no-ui`. It can only receive: nothing here calls the node.
-Problems before the stream opens (no node, a stale watch.json, a refused token) are one-line
-UsageErrors (exit 2); a message a newer node sends that this version cannot read is skipped.
+`NodeStream` reads `watch.json` in the run folder (port and token), opens the node's status endpoint
+(endpoint.py) and yields its events; the command (swarm_app/commands/watch.py) shows them in the TUI
+or as headless lines. It can only receive: nothing here calls the node. Problems before the stream
+opens (no node, a stale watch.json, a refused token) are one-line UsageErrors (exit 2); a message a
+newer node sends that this version cannot read is skipped.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-import time
 from pathlib import Path
-from typing import AsyncIterator, Callable
+from typing import AsyncIterator
 
 import aiohttp
 
-from swarm_app.kernel import logs
-from swarm_app.kernel.errors import SwarmError, UsageError
-from swarm_app.kernel.events import Event, LogRecorded, RunStopped, event_from_dict
+from swarm_app.kernel.errors import UsageError
+from swarm_app.kernel.events import Event, RunStopped, event_from_dict
 from swarm_app.watch.file import WatchInfo, read_watch_file, watch_file_of
 
 log = logging.getLogger(__name__)
@@ -103,46 +100,3 @@ def decode(text: str) -> Event | None:
     except ValueError as exc:  # json.JSONDecodeError is a ValueError too
         log.debug("skipped a message from the node: %s", exc)
         return None
-
-
-def watch(run_dir: Path, ui: bool, log_format: str = "text") -> int:
-    """The command: 0 when the user quits (TUI) or the node stopped (--no-ui)."""
-    try:
-        return asyncio.run(watch_in_tui(run_dir) if ui else print_events(run_dir, log_format))
-    except KeyboardInterrupt:
-        return 0  # the watcher detaches; the node runs on
-
-
-async def print_events(run_dir: Path, log_format: str) -> int:
-    from swarm_app.headless import HeadlessView
-
-    view = HeadlessView(log_format)
-    async with NodeStream(run_dir) as stream:
-        async for event in stream.events():
-            view(event)
-    if not stream.stopped:
-        raise SwarmError(f"the connection to the node in {run_dir} closed before it stopped "
-                         f"({stream.close_reason}); run swarm watch again to reattach")
-    return 0
-
-
-async def watch_in_tui(run_dir: Path) -> int:
-    from swarm_app.tui.app import SwarmApp
-
-    async with NodeStream(run_dir) as stream:  # connect first: a problem is one line, not a screen
-        app = SwarmApp(lambda deliver: feed(stream, deliver), None, subtitle=f"watching {run_dir}")
-        with logs.terminal_owned_by_tui():
-            code = await app.run_async()
-    if app.error is not None:
-        raise app.error
-    return code or 0
-
-
-async def feed(stream: NodeStream, deliver: Callable[[Event], None]) -> None:
-    """The TUI's source: events until the stream ends, then the screen stays until the user quits."""
-    async for event in stream.events():
-        deliver(event)
-    if not stream.stopped:
-        deliver(LogRecorded("warning", f"the connection to the node closed ({stream.close_reason}); "
-                                       "quit with q and run swarm watch again to reattach", time.time()))
-    await asyncio.Event().wait()  # cancelled when the app exits

@@ -15,7 +15,8 @@ from swarm_app.kernel.events import LogRecorded, PhaseProgress, RoundFinished, R
 from swarm_app.session.session import Session
 from swarm_app.watch.endpoint import QUEUE_LIMIT, WatcherQueue
 from swarm_app.watch.file import read_watch_file, watch_file_of
-from swarm_app.watch.history import EventHistory, watched
+from swarm_app.watch.history import EventHistory
+from swarm_app.watch.service import watched
 from tests.kernel.test_events import sample
 from tests.session.test_session import make_settings
 
@@ -204,7 +205,7 @@ def test_a_full_queue_drops_the_oldest_progress_first_then_gives_up_on_the_watch
 
 
 def test_the_run_commands_do_not_import_aiohttp_before_the_first_line():
-    code = ("import sys, swarm_app.cli, swarm_app.watch.history; "
+    code = ("import sys, swarm_app.cli, swarm_app.watch.service; "
             "print(sorted(m for m in ('aiohttp', 'textual', 'torch') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
