@@ -16,7 +16,7 @@ from swarm_app.kernel import logs
 from swarm_app.commands import convert, demo, doctor, export, identity, run, watch
 from swarm_app.commands import eval as eval_command
 from swarm_app.kernel.errors import SwarmError
-from swarm_app.peer import PROTOCOL_VERSION
+from swarm_app.session import PROTOCOL_VERSION
 
 COMMANDS = (run, demo, watch, identity, export, convert, eval_command, doctor)
 """In the order `swarm --help` lists them."""

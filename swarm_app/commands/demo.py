@@ -37,27 +37,51 @@ def main(args: argparse.Namespace) -> int:
     settings = flags.load_settings_for(args)
     if settings.train.rounds == 0:
         raise UsageError("--rounds must be at least 1 for a demo")
-    from swarm_app.session.local_swarm import default_out_dir, format_summary, run_demo_swarm
+    from swarm_app.session.local_swarm import default_out_dir, format_summary, parse_backends
 
-    backends = _backends(args.backends)
+    backends = parse_backends(args.backends)
     out_dir = Path(args.out) if args.out else default_out_dir()
     print(f"demo: {args.nodes} nodes, {settings.train.rounds} rounds, J = {settings.train.external}; runs in {out_dir}")
     if wants_tui(settings):
-        from swarm_app.tui.node_switcher import run_demo_in_tui
-
         with logs.terminal_owned_by_tui():
-            summaries = run_demo_in_tui(settings, args.nodes, out_dir, backends)
+            summaries = _run_in_tui(settings, args.nodes, out_dir, backends)
     else:
-        summaries = asyncio.run(run_demo_swarm(settings, args.nodes, out_dir, backends=backends))
+        summaries = asyncio.run(_run_headless(settings, args.nodes, out_dir, backends))
     print(format_summary(summaries))
     return 1 if any(s.error for s in summaries) else 0
 
 
-def _backends(text: str | None) -> tuple[str, ...]:
-    from backends import registry
+async def _run_headless(settings, nodes: int, out_dir: Path, backends: tuple[str, ...]) -> list:
+    """One headless line per node per round, the node named first."""
+    from swarm_app.headless import HeadlessView
+    from swarm_app.session.local_swarm import run_demo_swarm
 
-    names = tuple(name.strip() for name in (text or "").split(",") if name.strip())
-    unknown = [name for name in names if name not in registry.names()]
-    if unknown:
-        raise UsageError(f"--backends: unknown engine {', '.join(unknown)}; choose from {', '.join(registry.names())}")
-    return names
+    def on_session(index: int, session) -> None:
+        session.subscribe(HeadlessView("text", prefix=f"node {index}  ", total_rounds=settings.train.rounds))
+
+    return await run_demo_swarm(settings, nodes, out_dir, on_session=on_session, backends=backends)
+
+
+def _run_in_tui(settings, nodes: int, out_dir: Path, backends: tuple[str, ...]) -> list:
+    """Every node in one TUI, `n` switches: each session is subscribed as node i as its model loads and
+    its request methods become node i's controls, so p, s and e act on the node shown and q stops them all."""
+    from swarm_app.session.local_swarm import run_demo_swarm
+    from swarm_app.tui.app import SwarmApp
+
+    controls: dict = {}
+    summaries: list = []
+
+    async def source(deliver) -> None:
+        def on_session(index: int, session) -> None:
+            controls[index] = session
+            session.subscribe(lambda event: deliver(event, index))
+
+        summaries.extend(await run_demo_swarm(settings, nodes, out_dir, on_session=on_session, backends=backends))
+        if not any(session.stopping for session in controls.values()):
+            await asyncio.Event().wait()  # the demo ran to its end: keep the picture until q
+
+    app = SwarmApp(source, nodes=nodes, node_controls=controls, subtitle=f"demo in {out_dir}")
+    app.run()
+    if app.error is not None:
+        raise app.error
+    return summaries

@@ -1,8 +1,9 @@
 """`swarm demo --nodes N`: a local swarm of N training nodes in one process, on 127.0.0.1.
 
 Each node is a full Session (own run folder, seed, throwaway identity) whose exchange is a peer node
-of `swarm_app.peer.io.local_nodes.local_swarm`; they find each other through the first node and peer exchange.
-Prints one line per node per round and a final summary per node.
+of `swarm_app.peer.io.local_nodes.local_swarm`; they find each other through the first node and peer
+exchange. It prints nothing: the caller subscribes a view to each session (`on_session`), and
+`format_summary` is the final table per node.
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, TextIO
+from typing import Callable
 
 from swarm_app.kernel.events import Event, RoundFinished
-from swarm_app.headless import HeadlessView
+from swarm_app.kernel.errors import UsageError
 from swarm_app.kernel.paths import user_dirs
 from swarm_app.session.session import Session
 from swarm_app.kernel.settings import Settings
@@ -54,11 +55,11 @@ def default_out_dir() -> Path:
     return user_dirs().data / "demo" / time.strftime("%Y%m%d-%H%M%S")
 
 
-async def run_demo_swarm(base: Settings, nodes: int, out_dir: Path, stream: TextIO | None = None,
+async def run_demo_swarm(base: Settings, nodes: int, out_dir: Path,
                          on_session: Callable[[int, Session], None] | None = None,
                          backends: tuple[str, ...] = ()) -> list[NodeSummary]:
-    """Run the demo; node lines go to `stream` unless `on_session(index, session)` is given (the TUI
-    subscribes there, and nothing is printed)."""
+    """Run the demo; `on_session(index, session)` is called as each node's session is made (a view
+    subscribes there)."""
     from swarm_app.peer.io.local_nodes import run_demo  # deferred: aiohttp
 
     summaries = [NodeSummary(i) for i in range(nodes)]
@@ -71,7 +72,6 @@ async def run_demo_swarm(base: Settings, nodes: int, out_dir: Path, stream: Text
 
     async def run_node(index: int, node) -> None:
         summary = summaries[index]
-        view = HeadlessView("text", stream, prefix=f"node {index}  ", total_rounds=base.train.rounds)
 
         def on_event(event: Event) -> None:
             if isinstance(event, RoundFinished):
@@ -80,8 +80,6 @@ async def run_demo_swarm(base: Settings, nodes: int, out_dir: Path, stream: Text
                 summary.local_reward += m.reward_local_sum
                 summary.total_reward += m.reward_local_sum + m.reward_external_sum
                 summary.used += m.n_external
-                if on_session is None:
-                    view(event)
 
         session = Session(node_settings(base, index, out_dir, backends), exchange=node, on_event=on_event, fresh=True)
         sessions.append(session)
@@ -116,3 +114,14 @@ def format_summary(summaries: list[NodeSummary]) -> str:
         lines.append(f"{s.node:>4}  {s.engine or '-':<9}  {s.rounds:>6}  {s.local_reward:>17.1f}  {s.total_reward:>17.1f}  {acc:>12}"
                      f"  {s.sent:>4}  {s.received:>8}  {s.used:>4}" + (f"  FAILED: {s.error}" if s.error else ""))
     return "\n".join(lines)
+
+
+def parse_backends(text: str | None) -> tuple[str, ...]:
+    """`--backends A,B,...`: the engines of the nodes, in turn; an unknown name is a UsageError."""
+    from backends import registry
+
+    names = tuple(name.strip() for name in (text or "").split(",") if name.strip())
+    unknown = [name for name in names if name not in registry.names()]
+    if unknown:
+        raise UsageError(f"--backends: unknown engine {', '.join(unknown)}; choose from {', '.join(registry.names())}")
+    return names
