@@ -47,6 +47,10 @@ class RoundMetrics:
     train_s: float
     time: float
     round_s: float = 0.0
+    grad_norm: float | None = None
+    """The update's gradient norm before clipping, the mean over its optimizer steps; None without an update."""
+    steps: int | None = None
+    """Optimizer steps the update took (epochs x minibatches); None without an update."""
     heldout_acc: float | None = None
     """Held-out accuracy, on evaluation rounds only."""
     eval_s: float | None = None

@@ -6,7 +6,6 @@ every node re-scores what it trains on with its own verifier. JSON in and out, n
 
 from __future__ import annotations
 
-import json
 import threading
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -36,13 +35,6 @@ class Rollout:
         return cls(TaskRef.from_dict(data["ref"]), str(data["question"]), str(data["answer"]),
                    tuple(str(c) for c in data["completions"]), str(data["model_id"]), int(data["round"]),
                    str(data["author"]), int(data["created_ms"]))
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), ensure_ascii=False, separators=(",", ":"))
-
-    @classmethod
-    def from_json(cls, text: str) -> "Rollout":
-        return cls.from_dict(json.loads(text))
 
 
 class RolloutExchange(Protocol):

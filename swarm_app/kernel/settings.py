@@ -260,5 +260,5 @@ def _raise() -> Any:
 
 
 def describe(settings: Settings) -> dict:
-    """Plain dict of all settings (for run metadata and `swarm config show`)."""
+    """Plain dict of all settings (for run metadata)."""
     return {name: dataclasses.asdict(section) for name, section in settings.sections().items()}

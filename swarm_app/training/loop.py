@@ -1,4 +1,4 @@
-"""One SAPO round (DESIGN.md §2): draw, generate, score, publish, take peers' groups, update, record.
+"""One SAPO round (docs/architecture.md, "One round"): draw, generate, score, publish, take peers' groups, update, record.
 
 `Trainer.run_round(t)` runs in the worker thread and returns the round's metrics; it never touches
 the asyncio loop or the views (progress goes to its `report` callback, which the session forwards).
@@ -182,6 +182,7 @@ class Trainer:
             train_tokens=stats.tokens if stats else 0,
             loss=stats.loss if stats else None,
             clipped_fraction=stats.clipped_fraction if stats else None,
+            grad_norm=stats.grad_norm if stats else None, steps=stats.steps if stats else None,
             gen_s=round(gen_s, 3),
             train_s=round(train_s, 3),
             time=time.time(),
