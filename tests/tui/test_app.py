@@ -19,6 +19,7 @@ from swarm_app.tui.app import SwarmApp
 from swarm_app.tui.dashboard import EngineBadge, RoundStatus
 from swarm_app.tui.messages import SessionEvent
 from swarm_app.tui.peers import PeersView
+from swarm_app.kernel.tasks import heldout, preset
 from tests.session.test_session import make_settings
 from tests.tui.script import T0, dashboard_script, peer, peers_updated, scripted
 
@@ -93,7 +94,13 @@ async def test_e_runs_a_held_out_evaluation(stub_model, tmp_path):
         await pilot.press("e")
         await wait_for(pilot, lambda: any(isinstance(e, EvaluationFinished) for e in events))
         evaluation = next(e for e in events if isinstance(e, EvaluationFinished))
-        assert 0.0 <= evaluation.accuracy <= 1.0 and sum(evaluation.per_task.values()) >= 0
+        done_before = [e.metrics.round for e in events[:events.index(evaluation)] if isinstance(e, RoundFinished)]
+        assert evaluation.round == done_before[-1]  # the model as the last completed round left it
+        correct = evaluation.accuracy * 10  # 10 held-out items, each right or wrong
+        assert abs(correct - round(correct)) < 1e-9
+        tasks_evaluated = {ref.dataset for ref in heldout(preset(session.settings.tasks.preset), 10)}
+        assert set(evaluation.per_task) == tasks_evaluated
+        assert app.states[0].curves.heldout[-1] == evaluation.accuracy  # and the chart got it
         await pilot.press("q")
         await wait_for(pilot, lambda: any(isinstance(e, RunStopped) for e in events))
 
