@@ -8,7 +8,7 @@ so GRPO learns nothing from it). Accuracy here is the mean reward of `tasks.scor
 
 Generation is a minimal batched loop over `transformers.generate` with left padding, so this tool
 does not depend on the app's backends. It is a developer tool: it prints, and sets torch to 1 thread
-by default (the machine is shared, see FIELD-NOTES "Threads").
+by default (on a shared machine more threads than free cores make timings swing up to 10x).
 
     python tools/measure_model.py assets/models/swarm-tiny --n 500 --samples 8
 """

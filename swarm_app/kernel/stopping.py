@@ -1,4 +1,4 @@
-"""Stop signals, the one platform-specific piece of the run commands (DESIGN.md §7).
+"""Stop signals, the one platform-specific piece of the run commands.
 
 SIGINT (Ctrl-C) and SIGTERM (systemd, `kill`, a closing terminal) both ask the session to stop: it
 checkpoints and exits 0. POSIX loops take `add_signal_handler`; on Windows, where asyncio has none,

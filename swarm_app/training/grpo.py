@@ -1,6 +1,6 @@
 """Our exact GRPO variant, and the group advantages the trainer hands to a backend.
 
-The variant (DESIGN.md §2 step 6), implemented by each backend's `train_step`
+The variant, implemented by each backend's `train_step`
 (`backends/torch/grpo_loss.py` for torch):
 - Groups: the L completions of one question. Advantage A_i = (r_i - mean(r)) / (std(r) + 1e-6), with
   the population std of the group. A group whose rewards are all equal has A = 0 everywhere and adds

@@ -1,4 +1,4 @@
-"""`PeerConfig`: every knob of a peer node in one frozen dataclass, with the defaults of DESIGN §5.
+"""`PeerConfig`: every knob of a peer node in one frozen dataclass, with the defaults docs/protocol.md states.
 
 The session builds it from the [peer] settings (`run_setup.peer_config`); tests and the demo build it directly with faster
 intervals. This module only holds values and parses addresses; it starts nothing.
