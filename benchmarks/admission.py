@@ -7,7 +7,7 @@ exactly what a node does per received item: `item_from_json` + `Admission.admit`
 measured separately on the same items to show where the time goes. Single thread; run it on an idle
 machine for numbers worth comparing.
 
-    python benchmarks/admission.py [--n 2000] [--authors 8] [--completions 8] [--preset easy] [--json]
+    python -m benchmarks.admission [--n 2000] [--authors 8] [--completions 8] [--preset easy] [--json]
 """
 
 from __future__ import annotations
@@ -16,18 +16,14 @@ import argparse
 import json
 import random
 import statistics
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from swarm_app.kernel import tasks  # noqa: E402
-from swarm_app.peer.core.admission import Accepted, Admission, AdmissionLimits  # noqa: E402
-from swarm_app.peer.core.identity import Identity  # noqa: E402
-from swarm_app.peer.core.pool import PoolEntry, RolloutPool, SeenCache  # noqa: E402
-from swarm_app.peer.core.wire import item_from_json, parse_body, sign_rollout, signature_valid  # noqa: E402
-from swarm_app.kernel.rollouts import Rollout  # noqa: E402
+from swarm_app.kernel import tasks
+from swarm_app.kernel.rollouts import Rollout
+from swarm_app.peer.core.admission import Accepted, Admission, AdmissionLimits
+from swarm_app.peer.core.identity import Identity
+from swarm_app.peer.core.pool import PoolEntry, RolloutPool, SeenCache
+from swarm_app.peer.core.wire import item_from_json, parse_body, sign_rollout, signature_valid
 
 
 def make_items(n: int, authors: int, completions: int, preset: str, now_ms: int) -> list[dict]:

@@ -27,7 +27,7 @@ from swarm_app.kernel import tasks
 from swarm_app.kernel.paths import bundled_model_dir
 from swarm_app.training.loop import RoundPlan, Trainer
 
-I, L, NEW_TOKENS = 8, 8, 48
+I, L, NEW_TOKENS = 8, 8, 48  # noqa: E741  (I and L: the paper's names)
 
 
 def prompts() -> list:

@@ -42,15 +42,16 @@ def run(rounds: int, seed: int, run_dir: Path, env: dict) -> dict:
 
 
 def token_cap(adapter: Path, engine: str, n: int, trials: int) -> dict:
+    from tokenizers import Tokenizer
+
     from backends import registry
     from backends.base import Sampling
     from swarm_app.kernel import tasks
-    from swarm_app.session.model import resolve
-    from swarm_app.session.setup import detect_hardware, model_spec
     from swarm_app.kernel.settings import Settings
     from swarm_app.kernel.sizing import recommend
+    from swarm_app.session.model import resolve
+    from swarm_app.session.setup import detect_hardware, model_spec
     from swarm_app.training.evaluation import evaluate
-    from tokenizers import Tokenizer
 
     settings, model = Settings(), resolve("")
     settings.model.backend = engine

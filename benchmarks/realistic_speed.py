@@ -28,7 +28,7 @@ format (model.precision = auto: bf16 on a CPU with native bf16 such as AVX512-BF
   app holds the model in bf16.
 Results go to --out after every part (a kill keeps what was measured).
 
-    python benchmarks/realistic_speed.py [--questions 2] [--completions 8] [--new-tokens 48] [--threads N]
+    python -m benchmarks.realistic_speed [--questions 2] [--completions 8] [--new-tokens 48] [--threads N]
 """
 
 from __future__ import annotations
@@ -37,15 +37,12 @@ import argparse
 import json
 import os
 import shutil
-import sys
 import tempfile
 import time
 import zlib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 QWEN25_05B = dict(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
@@ -178,7 +175,7 @@ def main() -> None:
 
     from backends import registry
     from backends.base import ModelSpec, Sampling
-    from engine_speed import raw_torch_rate
+    from benchmarks.engine_speed import raw_torch_rate
     from swarm_app.kernel import tasks
 
     if args.threads == 0:

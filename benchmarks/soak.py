@@ -4,7 +4,7 @@ N full Sessions (fake engine, own run folders under a temp dir) each drive a Pee
 swarm on 127.0.0.1. A real round of the bundled model takes ~2 s for 8 own groups, so a peer normally
 receives ~4 rollouts/s from each neighbour (own_push_rate). The fake engine answers instantly; a sleep
 in its `generate` paces a round at --round-s (0.2 s: 40 rollouts/s per node, 10x) and own_push_rate is
-raised 10x to match, so the receive budgets (derived from it, peer/limits.py) carry that load.
+raised 10x to match, so the receive budgets (derived from it, swarm_app/peer/core/limits.py) carry that load.
 
 Every --sample-s (60 s; 10 s in --minutes 5 quick mode) it records process RSS (psutil), open
 descriptors, threads and asyncio tasks, and per node: pool and seen-cache sizes, the other bounded
@@ -12,8 +12,8 @@ maps (heard, peer records, addresses, author buckets, rejection reasons), rounds
 each sample it rewrites soak-<M>min.json and .png in --out (atomically: a kill keeps what was
 sampled). --trace adds the top tracemalloc growth since --trace-from-s (90 s: the pool is full).
 
-    python benchmarks/soak.py --minutes 5
-    nohup python benchmarks/soak.py --minutes 60 > benchmarks/results/soak/soak-60min.log 2>&1 &
+    python -m benchmarks.soak --minutes 5
+    nohup python -m benchmarks.soak --minutes 60 > benchmarks/results/soak/soak-60min.log 2>&1 &
 """
 
 from __future__ import annotations
@@ -30,10 +30,9 @@ import time
 import tracemalloc
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import psutil
 
-import psutil  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 log = logging.getLogger("soak")
 NORMAL_PUSH_RATE = 4.0

@@ -8,7 +8,7 @@ evaluations included (and model loading and checkpoints): each curve row has `wa
 share of its wall time its evaluations took. Writes curves and results to JSON and a PNG plot; prints
 the gain in points of held-out accuracy.
 
-    python benchmarks/solo_learning.py --seeds 0 1 2 --minutes 30 --parallel 3 --out out/solo
+    python -m benchmarks.solo_learning --seeds 0 1 2 --minutes 30 --parallel 3 --out out/solo
 
 Another model (a candidate folder): SWARM_MODEL_PATH=DIR applies to the runs and the evaluations alike.
 The runs take the model's recommended settings (its swarm.toml; the bundled model's: rollouts at T = 0.8,
@@ -26,9 +26,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from swarm_app.kernel.errors import UsageError  # noqa: E402
-from swarm_app.kernel.settings import Settings, apply_env  # noqa: E402
+from swarm_app.kernel.errors import UsageError
+from swarm_app.kernel.settings import Settings, apply_env
 
 
 def swarm(*args: str) -> list[str]:

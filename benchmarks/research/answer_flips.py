@@ -4,7 +4,7 @@ Issue 14's diagnosis of a greedy accuracy that falls while the sampled reward ri
 held-out items stay right, stay wrong, turn wrong and turn right, and how far a changed answer moved
 (for numeric answers: the new answer minus the old one). Greedy, torch engine, the app's held-out list.
 
-    python benchmarks/answer_flips.py RUN_OR_CHECKPOINT [--tasks easy] [--n 500] [--show basic_arithmetic]
+    python -m benchmarks.research.answer_flips RUN_OR_CHECKPOINT [--tasks easy] [--n 500] [--show basic_arithmetic]
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from pathlib import Path
 from backends import registry
 from backends.base import Sampling
 from swarm_app.kernel import tasks
-from swarm_app.session.evaluate import adapter_folder
 from swarm_app.kernel.paths import bundled_model_dir
-from swarm_app.session.setup import model_spec
 from swarm_app.kernel.settings import Settings
+from swarm_app.session.evaluate import adapter_folder
+from swarm_app.session.setup import model_spec
 
 OUTCOMES = {(True, True): "stay right", (False, False): "stay wrong", (True, False): "turn wrong",
             (False, True): "turn right"}

@@ -4,16 +4,17 @@ Issue 14's test of why the bundled model gains little under GRPO. Its pre-traini
 gained its last ~10 validation points while the learning rate decayed from 1e-3 to 1e-4 (its model card's
 curve). This script takes the finished model and runs N more full-weight pre-training steps at the
 constant rate again, through the build's own training loop (its AdamW, 50 warm-up steps, loss and clip;
-batches of 16 from the build's training stream at steps 4000 and on, which the build never drew). The result holds what the weights look like before the decay. Then
-`SWARM_MODEL_PATH=OUT python benchmarks/solo_learning.py ...` measures how much GRPO's LoRA steps gain on it.
+batches of 16 from the build's training stream at steps 4000 and on, which the build never drew). The
+result holds what the weights look like before the decay. Then
+`SWARM_MODEL_PATH=OUT python -m benchmarks.solo_learning ...` measures how much GRPO's LoRA steps gain on it.
 Deterministic at one thread (about 0.43 s a step on a 2-core CPU).
 
 The measured runs took the bundled model as it was before it became a no-decay build (4000 steps, decay over
 the last 20%), which git still holds:
 
-    mkdir -p /tmp/decayed && for f in config.json generation_config.json model.safetensors swarm.toml \
-        tokenizer.json tokenizer_config.json; do git show a71f656:assets/models/swarm-tiny/$f > /tmp/decayed/$f; done
-    python benchmarks/reheat_model.py --model /tmp/decayed --steps 300 --out /tmp/reheated-300
+    mkdir -p out/decayed && for f in config.json generation_config.json model.safetensors swarm.toml \
+        tokenizer.json tokenizer_config.json; do git show a71f656:assets/models/swarm-tiny/$f > out/decayed/$f; done
+    PYTHONPATH=tools python -m benchmarks.research.reheat_model --model out/decayed --steps 300 --out out/reheated-300
 """
 
 from __future__ import annotations
@@ -21,15 +22,22 @@ from __future__ import annotations
 import argparse
 import logging
 import shutil
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tools"))
-import make_default_model as build  # noqa: E402
-from swarm_app.kernel import tasks  # noqa: E402
+from swarm_app.kernel import tasks
+
+
+def build_script():
+    """tools/make_default_model.py, which imports its siblings in tools/ by bare name: run with PYTHONPATH=tools."""
+    try:
+        import make_default_model
+    except ModuleNotFoundError as exc:
+        if exc.name != "make_default_model":
+            raise
+        raise SystemExit("this script uses tools/make_default_model.py: run it from the repository root as "
+                         f"PYTHONPATH=tools python -m benchmarks.research.{Path(__file__).stem} ...") from None
+    return make_default_model
 
 
 class LaterDraws:
@@ -51,6 +59,7 @@ def main() -> int:
     parser.add_argument("--first-step", type=int, default=4000, help="the training stream's step to start drawing at")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
+    build = build_script()
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     import torch

@@ -16,7 +16,8 @@ lr 3e-4, weight decay 1.0), so only the targets differ from a GRPO round. Traini
 evaluations (500 held-out items, greedy, the app's held-out list) at the steps given by --eval-at.
 Partial results are written after every evaluation.
 
-    python benchmarks/sft_ceiling.py --minutes 10 --eval-at 0 230 --out benchmarks/results/learning/sft_ceiling.json
+    PYTHONPATH=tools python -m benchmarks.research.sft_ceiling --minutes 10 --eval-at 0 230 \
+        --out benchmarks/results/learning/sft_ceiling.json
 """
 
 from __future__ import annotations
@@ -24,19 +25,26 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))  # make_default_model and its sibling
-from backends.base import TrainSample  # noqa: E402
-from benchmarks.timed_training import load_torch, recommended_settings, train_for  # noqa: E402
-from swarm_app.kernel import tasks  # noqa: E402
-from swarm_app.kernel.paths import bundled_model_dir  # noqa: E402
-from swarm_app.training.evaluation import evaluate  # noqa: E402
+from backends.base import TrainSample
+from benchmarks.research.timed_training import load_torch, recommended_settings, train_for
+from swarm_app.kernel import tasks
+from swarm_app.kernel.paths import bundled_model_dir
+from swarm_app.training.evaluation import evaluate
 
-from make_default_model import target_answer  # noqa: E402  (tools/: the pre-training targets)
+
+def build_script():
+    """tools/make_default_model.py, which imports its siblings in tools/ by bare name: run with PYTHONPATH=tools."""
+    try:
+        import make_default_model
+    except ModuleNotFoundError as exc:
+        if exc.name != "make_default_model":
+            raise
+        raise SystemExit("this script uses tools/make_default_model.py: run it from the repository root as "
+                         f"PYTHONPATH=tools python -m benchmarks.research.{Path(__file__).stem} ...") from None
+    return make_default_model
 
 
 def train_every_weight(backend, lr: float) -> None:
@@ -65,6 +73,7 @@ def main() -> int:
     parser.add_argument("--tasks", default="easy")
     parser.add_argument("--out", type=Path, default=Path("out/sft_ceiling.json"))
     args = parser.parse_args()
+    target_answer = build_script().target_answer  # the pre-training targets
 
     settings, _ = recommended_settings(args.model)
     if args.lr:
@@ -78,7 +87,8 @@ def main() -> int:
     eval_refs = tasks.heldout(specs, args.eval_n)
     local = settings.train.local
     result = {"model": str(args.model), "full": args.full, "optim": dataclasses.asdict(spec.optim),
-              "lora": dataclasses.asdict(spec.lora), "local": local, "minutes": args.minutes, "seed": args.seed, "evaluations": []}
+              "lora": dataclasses.asdict(spec.lora), "local": local, "minutes": args.minutes, "seed": args.seed,
+              "evaluations": []}
 
     def record(step: int, train_s: float) -> None:
         started = time.perf_counter()

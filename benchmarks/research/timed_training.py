@@ -1,4 +1,4 @@
-"""What benchmarks/sft_ceiling.py and benchmarks/weight_average.py share: the model loaded on its
+"""What benchmarks/research/sft_ceiling.py and benchmarks/research/weight_average.py share: the model loaded on its
 recommended settings at one thread, and a loop of training steps for a fixed training time with
 evaluations at chosen steps (their time not counted)."""
 
@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Callable
 
 from backends import registry
+from swarm_app.kernel.settings import Settings
 from swarm_app.session.recommendations import apply_recommendations
 from swarm_app.session.setup import model_spec
-from swarm_app.kernel.settings import Settings
 
 
 def recommended_settings(model: Path) -> tuple[Settings, dict]:

@@ -18,7 +18,8 @@ own Trainer (its generation, scoring and `_update`, i.e. `train_step`):
 Measured rounds: the first --measure rounds and --measure rounds starting at --late. Partial results are
 written to --out after every measured round and every evaluation.
 
-    python benchmarks/update_noise.py [--rounds 60] [--lr 3e-4 1e-3] [--out benchmarks/results/learning/update_noise.json]
+    python -m benchmarks.research.update_noise [--rounds 60] [--lr 3e-4 1e-3] \
+        [--out benchmarks/results/learning/update_noise.json]
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from swarm_app.training.evaluation import evaluate
 from swarm_app.training.grpo import has_signal
 from swarm_app.training.loop import RoundPlan, ScoredGroup, Trainer
 
-I, L, NEW_TOKENS = 8, 8, 48
+I, L, NEW_TOKENS = 8, 8, 48  # noqa: E741  (I and L: the paper's names)
 
 
 def lora_layers(model) -> dict[str, object]:

@@ -2,7 +2,7 @@
 against running averages of it.
 
 Issue 14. Supervised steps on the truth through the same adapter and optimizer plateau at +3-4 points
-(benchmarks/sft_ceiling.py), and the bundled model's own pre-training gained its last 10 points only
+(benchmarks/research/sft_ceiling.py), and the bundled model's own pre-training gained its last 10 points only
 while its learning rate decayed: at a constant rate the weights hover around a better point without
 reaching it. An exponential moving average of the LoRA weights (Polyak averaging) is that point
 without touching the run's learning rate: the rollouts still come from the live adapter (on-policy),
@@ -15,23 +15,21 @@ avg = beta * avg + (1 - beta) * live for every LoRA matrix (A and B alike). At t
 live adapter and of each average. Round time excludes the evaluations. Partial results are written
 after every evaluation.
 
-    python benchmarks/weight_average.py --minutes 10 --betas 0.98 0.995 --eval-at 100 200 --out out/wavg.json
+    python -m benchmarks.research.weight_average --minutes 10 --betas 0.98 0.995 --eval-at 100 200 --out out/wavg.json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from backends.base import Sampling  # noqa: E402
-from benchmarks.timed_training import load_torch, recommended_settings, train_for  # noqa: E402
-from swarm_app.kernel import tasks  # noqa: E402
-from swarm_app.kernel.paths import bundled_model_dir  # noqa: E402
-from swarm_app.training.evaluation import evaluate  # noqa: E402
-from swarm_app.training.loop import RoundPlan, Trainer  # noqa: E402
+from backends.base import Sampling
+from benchmarks.research.timed_training import load_torch, recommended_settings, train_for
+from swarm_app.kernel import tasks
+from swarm_app.kernel.paths import bundled_model_dir
+from swarm_app.training.evaluation import evaluate
+from swarm_app.training.loop import RoundPlan, Trainer
 
 
 def main() -> int:
