@@ -11,10 +11,9 @@ import argparse
 import sys
 
 from swarm_app import __version__
-
-from swarm_app.kernel import logs
 from swarm_app.commands import convert, demo, doctor, export, identity, run, watch
 from swarm_app.commands import eval as eval_command
+from swarm_app.kernel import logs
 from swarm_app.kernel.errors import SwarmError
 from swarm_app.session import PROTOCOL_VERSION
 

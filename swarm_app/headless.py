@@ -12,8 +12,18 @@ import os
 import sys
 from typing import TextIO
 
-from swarm_app.kernel.events import (Event, ModelLoading, RoundFinished, RoundMetrics, RunStarted,
-                              RunStopped, SharingChanged, SwarmJoined, TrainingPaused, TrainingResumed)
+from swarm_app.kernel.events import (
+    Event,
+    ModelLoading,
+    RoundFinished,
+    RoundMetrics,
+    RunStarted,
+    RunStopped,
+    SharingChanged,
+    SwarmJoined,
+    TrainingPaused,
+    TrainingResumed,
+)
 
 
 class HeadlessView:

@@ -9,8 +9,8 @@ import pytest
 
 from swarm_app.cli import COMMANDS, build_parser, main
 from swarm_app.commands.flags import load_settings_for
-from swarm_app.session.recommendations import read_recommendations
 from swarm_app.kernel.paths import bundled_model_dir
+from swarm_app.session.recommendations import read_recommendations
 
 
 def swarm(*args, env=None):
@@ -91,8 +91,8 @@ def test_eval_takes_the_lora_shape_from_the_adapter(tmp_path, capsys):
     from backends import registry
     from backends.base import TrainSample
     from swarm_app.kernel import tasks
-    from swarm_app.session.setup import model_spec
     from swarm_app.kernel.settings import Settings
+    from swarm_app.session.setup import model_spec
     from swarm_app.training.evaluation import evaluate
 
     settings = Settings()

@@ -97,7 +97,8 @@ def test_linux_nvidia_plan_commands():
 
 
 def test_windows_paths_and_old_driver_falls_back_to_cpu():
-    plan = plan_for("windows-amd64", "NVIDIA GeForce GTX 970, 4096 MiB, 472.12", env={"LOCALAPPDATA": r"C:\Users\ada\AppData\Local"})
+    plan = plan_for("windows-amd64", "NVIDIA GeForce GTX 970, 4096 MiB, 472.12",
+                    env={"LOCALAPPDATA": r"C:\Users\ada\AppData\Local"})
     assert str(plan.python) == r"C:\Users\ada\AppData\Local\swarm-app\venv\Scripts\python.exe"
     assert plan.launcher is None and str(plan.swarm).endswith(r"venv\Scripts\swarm.exe")
     assert plan.torch_command[-2:] == ["--index-url", CPU_INDEX]

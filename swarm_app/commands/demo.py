@@ -10,9 +10,9 @@ import argparse
 import asyncio
 from pathlib import Path
 
-from swarm_app.kernel import logs
 from swarm_app.commands import flags
 from swarm_app.commands.run import wants_tui
+from swarm_app.kernel import logs
 from swarm_app.kernel.errors import UsageError
 
 DEFAULTS = {"train.rounds": 10, "train.external": 4, "train.seed": 0}

@@ -22,8 +22,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 def main(args: argparse.Namespace) -> int:
     settings = flags.load_settings_for(args)
-    from swarm_app.session.doctor import build_report, format_text
     from swarm_app.kernel.hardware import detect
+    from swarm_app.session.doctor import build_report, format_text
 
     report = build_report(settings, detect(), pace=args.pace)
     print(json.dumps(report) if args.json else format_text(report))

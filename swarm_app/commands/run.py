@@ -12,8 +12,8 @@ import asyncio
 import logging
 import sys
 
-from swarm_app.kernel import logs
 from swarm_app.commands import flags
+from swarm_app.kernel import logs
 
 log = logging.getLogger(__name__)
 
@@ -86,8 +86,8 @@ def _run_per_gpu(args: argparse.Namespace, settings) -> int:
 
 
 def _run_in_tui(session) -> int:
-    from swarm_app.kernel.events import RunStopped
     from swarm_app.headless import format_stop
+    from swarm_app.kernel.events import RunStopped
     from swarm_app.tui.app import SwarmApp
 
     stops: list[RunStopped] = []

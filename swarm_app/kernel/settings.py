@@ -81,7 +81,8 @@ class TrainSettings:
     max_grad_norm: float = setting(1.0, "Gradient clipping norm.", low=0.0)
     negative_weight: float = setting(1.0, "Scale of negative advantages (completions worse than their group's mean); "
                                      "1 is plain GRPO, below 1 leans on reinforcing right answers.", low=0.0, high=1.0)
-    keep_zero_advantage_local: bool = setting(True, "Train on own groups with equal rewards (paper: yes; they add nothing to the loss).")
+    keep_zero_advantage_local: bool = setting(
+        True, "Train on own groups with equal rewards (paper: yes; they add nothing to the loss).")
     checkpoint_every: int = setting(1, "Checkpoint every k rounds (and on Ctrl-C).", low=1)
     eval_every: int = setting(5, "Held-out evaluation every N rounds (0: never).", low=0)
     eval_n: int = setting(64, "Held-out questions per evaluation.", low=1, high=100000)
@@ -228,7 +229,8 @@ def coerce(spec: dataclasses.Field, key: str, value: Any, source: str) -> Any:
         elif kind is float and not isinstance(value, bool):
             value = float(value)
         elif kind is list:
-            value = [str(v) for v in value] if isinstance(value, list) else [s.strip() for s in str(value).split(",") if s.strip()]
+            value = ([str(v) for v in value] if isinstance(value, list)
+                     else [s.strip() for s in str(value).split(",") if s.strip()])
         elif kind is str:
             value = str(value)
         else:

@@ -9,8 +9,8 @@ from backends.adapter_convert import adapter_shape
 from backends.base import BackendError, Hardware, Sampling
 from swarm_app.kernel import tasks
 from swarm_app.kernel.errors import ModelError
-from swarm_app.session.engine import open_engine, prepare_model
 from swarm_app.kernel.settings import Settings
+from swarm_app.session.engine import open_engine, prepare_model
 from swarm_app.training.checkpoint import Checkpoints
 from swarm_app.training.evaluation import EvalResult, SampledResult, evaluate, sampled_reward
 

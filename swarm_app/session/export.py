@@ -16,8 +16,8 @@ from pathlib import Path
 
 from swarm_app.kernel.errors import UsageError
 from swarm_app.kernel.files import write_text_atomic
-from swarm_app.session.setup import RUN_FILE
 from swarm_app.kernel.tasks import SYSTEM_PROMPT
+from swarm_app.session.setup import RUN_FILE
 from swarm_app.training.checkpoint import Checkpoints
 
 CHATML_TEMPLATE = """{{- range .Messages }}<|im_start|>{{ .Role }}
@@ -38,9 +38,10 @@ def export_run(run_dir: Path, out: Path, ollama_name: str = "") -> Exported:
     if importlib.util.find_spec("gguf") is None:
         raise UsageError('swarm export needs the gguf package: pip install "swarm-app[llamacpp]" (or pip install gguf)')
     model_dir, checkpoint, round_index = _run_files(run_dir)
+    from safetensors.numpy import load_file
+
     from backends import gguf_export
     from backends.base import BackendError
-    from safetensors.numpy import load_file
 
     out.mkdir(parents=True, exist_ok=True)
     alpha = json.loads((checkpoint / "adapter_config.json").read_text(encoding="utf-8"))["lora_alpha"]

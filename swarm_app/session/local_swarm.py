@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from swarm_app.kernel.events import Event, RoundFinished
 from swarm_app.kernel.errors import UsageError
+from swarm_app.kernel.events import Event, RoundFinished
 from swarm_app.kernel.paths import user_dirs
-from swarm_app.session.session import Session
 from swarm_app.kernel.settings import Settings
 from swarm_app.kernel.stopping import on_stop_signals
+from swarm_app.session.session import Session
 
 
 @dataclass
@@ -111,7 +111,8 @@ def format_summary(summaries: list[NodeSummary]) -> str:
     lines = ["node  engine     rounds  cum. local reward  cum. total reward  held-out acc  sent  received  used"]
     for s in summaries:
         acc = f"{s.heldout_acc:.3f}" if s.heldout_acc is not None else "-"
-        lines.append(f"{s.node:>4}  {s.engine or '-':<9}  {s.rounds:>6}  {s.local_reward:>17.1f}  {s.total_reward:>17.1f}  {acc:>12}"
+        lines.append(f"{s.node:>4}  {s.engine or '-':<9}  {s.rounds:>6}  {s.local_reward:>17.1f}  "
+                     f"{s.total_reward:>17.1f}  {acc:>12}"
                      f"  {s.sent:>4}  {s.received:>8}  {s.used:>4}" + (f"  FAILED: {s.error}" if s.error else ""))
     return "\n".join(lines)
 

@@ -76,7 +76,8 @@ def check_model_folder(folder: Path) -> Path:
     if not ((folder / "tokenizer.json").is_file() or (folder / "tokenizer.model").is_file()):
         raise ModelError(f"{folder} has no tokenizer (tokenizer.json); save the tokenizer into the model folder")
     if not _has_chat_template(folder):
-        raise ModelError(f"{folder} has no chat template; use an instruct/chat model or add chat_template to tokenizer_config.json")
+        raise ModelError(f"{folder} has no chat template; use an instruct/chat model or add chat_template to "
+                         "tokenizer_config.json")
     return folder
 
 

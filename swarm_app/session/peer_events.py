@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from swarm_app.kernel.events import (Event, PeerConnected, PeerDisconnected, PeerRow, PeersUpdated, RolloutsRejected)
+from swarm_app.kernel.events import Event, PeerConnected, PeerDisconnected, PeerRow, PeersUpdated, RolloutsRejected
 
 if TYPE_CHECKING:
     from swarm_app.peer.core.stats import NodeStats, PeerSnapshot

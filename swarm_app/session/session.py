@@ -20,16 +20,36 @@ from typing import Callable
 from backends.base import Cancelled, Hardware, Sampling
 from swarm_app.kernel import tasks
 from swarm_app.kernel.errors import CheckpointError, SwarmError
-from swarm_app.session.bus import EventBus, LogForwarder
-from swarm_app.kernel.events import (CheckpointSaved, Event, ModelLoading, RoundFinished, RoundStarted,
-                              RunStarted, RunStopped, SharingChanged, SwarmJoined, TrainingPaused, TrainingResumed)
+from swarm_app.kernel.events import (
+    CheckpointSaved,
+    Event,
+    ModelLoading,
+    RoundFinished,
+    RoundStarted,
+    RunStarted,
+    RunStopped,
+    SharingChanged,
+    SwarmJoined,
+    TrainingPaused,
+    TrainingResumed,
+)
 from swarm_app.kernel.files import check_writable_folder
-from swarm_app.session.engine import OpenedEngine, open_engine, prepare_model
-from swarm_app.session.peer_events import PeerTracker
 from swarm_app.kernel.rollouts import RolloutExchange
 from swarm_app.kernel.settings import Settings
-from swarm_app.session.setup import (check_run_matches, load_checkpoint_adapter, move_old_run_aside, peer_config,
-                                     run_dir_of, run_seed, usable_listen, write_failed, write_run_file)
+from swarm_app.session.bus import EventBus, LogForwarder
+from swarm_app.session.engine import OpenedEngine, open_engine, prepare_model
+from swarm_app.session.peer_events import PeerTracker
+from swarm_app.session.setup import (
+    check_run_matches,
+    load_checkpoint_adapter,
+    move_old_run_aside,
+    peer_config,
+    run_dir_of,
+    run_seed,
+    usable_listen,
+    write_failed,
+    write_run_file,
+)
 from swarm_app.training.checkpoint import Checkpoints, CheckpointState
 from swarm_app.training.loop import RoundAbandoned, RoundPlan, Trainer
 from swarm_app.training.metrics_log import MetricsLog

@@ -1,10 +1,12 @@
-"""One SAPO round (docs/architecture.md, "One round"): draw, generate, score, publish, take peers' groups, update, record.
+"""One SAPO round (docs/architecture.md, "One round"): draw, generate, score, publish, take peers' groups,
+update, record.
 
 `Trainer.run_round(t)` runs in the worker thread and returns the round's metrics; it never touches
 the asyncio loop or the views (progress goes to its `report` callback, which the session forwards).
-A stop is checked between decode steps, so it never waits for a whole generation. Everything random in round t derives from (seed, t), so a resumed round
-redraws the same questions and samples. Peer rollouts arrive through a `RolloutExchange` and are
-re-derived and re-scored here: nothing a peer sends is trusted, and nothing it sends can raise.
+A stop is checked between decode steps, so it never waits for a whole generation. Everything random in
+round t derives from (seed, t), so a resumed round redraws the same questions and samples. Peer rollouts
+arrive through a `RolloutExchange` and are re-derived and re-scored here: nothing a peer sends is
+trusted, and nothing it sends can raise.
 """
 
 from __future__ import annotations

@@ -12,9 +12,25 @@ import unicodedata
 from collections import deque
 from dataclasses import dataclass, field, replace
 
-from swarm_app.kernel.events import (CheckpointSaved, EvaluationFinished, EvaluationStarted, Event, LogRecorded, ModelLoading,
-                              PeerRow, PeersUpdated, PhaseProgress, RoundFinished, RoundStarted, RunStarted, RunStopped,
-                              SharingChanged, SwarmJoined, TrainingPaused, TrainingResumed)
+from swarm_app.kernel.events import (
+    CheckpointSaved,
+    EvaluationFinished,
+    EvaluationStarted,
+    Event,
+    LogRecorded,
+    ModelLoading,
+    PeerRow,
+    PeersUpdated,
+    PhaseProgress,
+    RoundFinished,
+    RoundStarted,
+    RunStarted,
+    RunStopped,
+    SharingChanged,
+    SwarmJoined,
+    TrainingPaused,
+    TrainingResumed,
+)
 
 MOVING_AVERAGE = 10
 """Rounds in the chart's moving average: the bundled model's per-round reward swings by +-0.2."""

@@ -10,9 +10,24 @@ import json
 from collections import deque
 from itertools import count
 
-from swarm_app.kernel.events import (CheckpointSaved, EvaluationFinished, EvaluationStarted, Event, LogRecorded,
-                              ModelLoading, PeersUpdated, PhaseProgress, RoundFinished, RoundStarted, RunStarted,
-                              RunStopped, SharingChanged, SwarmJoined, TrainingPaused, TrainingResumed)
+from swarm_app.kernel.events import (
+    CheckpointSaved,
+    EvaluationFinished,
+    EvaluationStarted,
+    Event,
+    LogRecorded,
+    ModelLoading,
+    PeersUpdated,
+    PhaseProgress,
+    RoundFinished,
+    RoundStarted,
+    RunStarted,
+    RunStopped,
+    SharingChanged,
+    SwarmJoined,
+    TrainingPaused,
+    TrainingResumed,
+)
 
 ROUNDS_KEPT = 500
 """RoundFinished and EvaluationFinished replayed to a late watcher: enough for the whole chart of a

@@ -44,7 +44,8 @@ def test_nvidia_gpus_from_nvidia_smi(tmp_path):
     rows = RTX_4090 + "\nTesla T4, 15360, 7.5, 550.54.14"
     hw = hardware.detect(linux(tmp_path, nvidia_bin(tmp_path, rows)))
     assert hw.gpus == (Gpu("NVIDIA GeForce RTX 4090", 24564 * 2**20, "8.9", True), Gpu("Tesla T4", 15360 * 2**20, "7.5", False))
-    assert (hw.cuda, hw.cuda_name, hw.cuda_memory_bytes, hw.cuda_driver) == (True, "NVIDIA GeForce RTX 4090", 24564 * 2**20, "550.54.14")
+    assert (hw.cuda, hw.cuda_name, hw.cuda_memory_bytes, hw.cuda_driver) == (
+        True, "NVIDIA GeForce RTX 4090", 24564 * 2**20, "550.54.14")
 
 
 def test_an_old_driver_without_compute_cap_still_reports_the_gpu(tmp_path):

@@ -54,7 +54,8 @@ async def main(folder: Path) -> None:
     writer.stopped.set()
     writer.join()
     report = {"writes": writer.writes, "errors": writer.errors[:5], "peak_fds": writer.peak_fds,
-              "refused": dict(node.gate.refused), "open": node.gate.open, "peak_open": node.gate.peak, "accepted": node.stats().accepted,
+              "refused": dict(node.gate.refused), "open": node.gate.open, "peak_open": node.gate.peak,
+              "accepted": node.stats().accepted,
               "limit": resource.getrlimit(resource.RLIMIT_NOFILE)[0]}
     await node.stop()
     print(json.dumps(report), flush=True)

@@ -6,10 +6,10 @@ import dataclasses
 import time
 
 from swarm_app.kernel import tasks
+from swarm_app.kernel.rollouts import Rollout
 from swarm_app.peer.core.config import PeerConfig, local_config
 from swarm_app.peer.core.identity import Identity
 from swarm_app.peer.core.wire import SignedRollout, sign_rollout
-from swarm_app.kernel.rollouts import Rollout
 
 FAST_DATASETS = ("basic_arithmetic", "base_conversion", "fraction_simplification", "decimal_arithmetic")
 

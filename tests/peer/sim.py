@@ -13,16 +13,16 @@ import itertools
 import random
 from collections.abc import Callable
 
+from swarm_app.kernel.tasks import regenerate
+from swarm_app.peer.core.actions import Admitted, Close, Dial, FetchPeers, HttpPull, Send
 from swarm_app.peer.core.addressbook import AddressBook
 from swarm_app.peer.core.admission import Admission, AdmissionLimits
 from swarm_app.peer.core.identity import Identity
 from swarm_app.peer.core.limits import fitted_limits
 from swarm_app.peer.core.messages import ClientHandshake, ServerHandshake, decode_frame, encode
 from swarm_app.peer.core.pool import RolloutPool, SeenCache
-from swarm_app.peer.core.actions import Admitted, Close, Dial, FetchPeers, HttpPull, Send
 from swarm_app.peer.core.protocol import NodeCore, ProtocolConfig
 from swarm_app.peer.core.scores import PeerBook, ScorePolicy
-from swarm_app.kernel.tasks import regenerate
 
 START = 1_800_000_000.0  # simulated epoch seconds: timestamps must look current to admission
 
@@ -88,7 +88,7 @@ class Simulation:
             elif isinstance(action, HttpPull):
                 target = self.by_addr.get(action.addr)
                 if target is not None and target.online:
-                    items = [s.to_item() for s in target.core.pool.for_pull(action.have, action.max, int(self.now * 1000), "", target.core.rng)]
+                    items = target.core.serve_http_sample(action.have, action.max, self.now)
                     self.execute(i, self.nodes[i].core.on_http_sample(action.addr, items, self.now))
             elif isinstance(action, Admitted):
                 self.admitted.append((i, action, self.now))
@@ -104,11 +104,13 @@ class Simulation:
         reply = decode_frame(encode(server.on_client_hello(decode_frame(encode(client.start())))))
         hello_c = server.on_client_proof(decode_frame(encode(client.on_server_hello(reply))))
         out_conn, in_conn = next(self._ids), next(self._ids)
-        refusal_out, actions_out = src.core.on_connected(out_conn, client.peer.node, "out", addr, dst.addr.split(":")[0], client.peer.listen, self.now)
+        refusal_out, actions_out = src.core.on_connected(out_conn, client.peer.node, "out", addr, dst.addr.split(":")[0],
+                                                         client.peer.listen, self.now)
         if refusal_out:
             dst.core.release_inbound(src.addr.split(":")[0])
             return
-        refusal_in, actions_in = dst.core.on_connected(in_conn, hello_c.node, "in", None, src.addr.split(":")[0], hello_c.listen, self.now)
+        refusal_in, actions_in = dst.core.on_connected(in_conn, hello_c.node, "in", None, src.addr.split(":")[0],
+                                                       hello_c.listen, self.now)
         if refusal_in:
             dst.core.release_inbound(src.addr.split(":")[0])
             src.core.on_disconnected(out_conn, self.now)

@@ -9,8 +9,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from swarm_app.peer.core.admission import REASONS
 from swarm_app.peer.core.identity import Identity, b64url
-from swarm_app.peer.core.messages import MESSAGE_REASONS
-from swarm_app.peer.core.messages import ClientHandshake, ServerHandshake, decode_frame, encode
+from swarm_app.peer.core.messages import MESSAGE_REASONS, ClientHandshake, ServerHandshake, decode_frame, encode
 from swarm_app.peer.core.wire import SignedRollout, parse_body, sign_rollout, signature_valid
 
 ROOT = Path(__file__).resolve().parents[2]

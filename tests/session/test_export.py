@@ -7,8 +7,8 @@ import importlib.util
 
 import pytest
 
-from swarm_app.kernel import tasks
 from swarm_app.cli import main
+from swarm_app.kernel import tasks
 
 needs_llama = pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("gguf") is None,
                                  reason="needs llama-cpp-python and gguf (extra [llamacpp])")

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from swarm_app.kernel.errors import ModelError
-from swarm_app.session.model import ResolvedModel, is_hub_id, resolve, resolve_model
 from swarm_app.kernel.paths import bundled_model_dir
+from swarm_app.session.model import ResolvedModel, is_hub_id, resolve, resolve_model
 
 
 def fake_hub_cache(tmp_path: Path, model_dir: Path, repo_id: str, monkeypatch) -> Path:

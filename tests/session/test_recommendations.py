@@ -8,10 +8,10 @@ import pytest
 
 from swarm_app.cli import main
 from swarm_app.kernel.errors import UsageError
-from swarm_app.session.recommendations import FILE_NAME, apply_recommendations
 from swarm_app.kernel.paths import bundled_model_dir
-from swarm_app.session.session import Session
 from swarm_app.kernel.settings import Settings, describe, load_settings
+from swarm_app.session.recommendations import FILE_NAME, apply_recommendations
+from swarm_app.session.session import Session
 
 BUNDLED = bundled_model_dir()
 

@@ -15,7 +15,6 @@ import textwrap
 import pytest
 
 from swarm_app import cli
-
 from swarm_app.kernel import tasks
 from swarm_app.kernel.rollouts import Rollout
 from swarm_app.session.session import Session

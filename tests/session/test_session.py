@@ -10,8 +10,8 @@ from swarm_app.kernel import tasks
 from swarm_app.kernel.errors import CheckpointError, UsageError
 from swarm_app.kernel.events import RoundFinished, RunStopped
 from swarm_app.kernel.rollouts import Inbox, Rollout
-from swarm_app.session.session import Session
 from swarm_app.kernel.settings import Settings
+from swarm_app.session.session import Session
 from swarm_app.training.checkpoint import Checkpoints
 from swarm_app.training.loop import rescore
 

@@ -63,8 +63,8 @@ def test_kill_mid_round_then_resume_with_the_torch_backend(tiny_model_dir, tmp_p
     assert [e["metrics"]["round"] for e in events if e["event"] == "RoundFinished"] == [4, 5, 6]
     assert metric_rounds(run_dir) == [1, 2, 3, 4, 5, 6]
 
-    from backends.torch.engine import TorchBackend
     from backends.base import ModelSpec
+    from backends.torch.engine import TorchBackend
 
     state, folder = Checkpoints(run_dir).load_latest()
     assert state.round == 6 and state.metrics_rows == 6

@@ -4,8 +4,17 @@ from __future__ import annotations
 
 import asyncio
 
-from swarm_app.kernel.events import (EvaluationFinished, LogRecorded, PeerRow, PeersUpdated, PhaseProgress, RoundFinished,
-                              RoundMetrics, RunStarted, SwarmJoined)
+from swarm_app.kernel.events import (
+    EvaluationFinished,
+    LogRecorded,
+    PeerRow,
+    PeersUpdated,
+    PhaseProgress,
+    RoundFinished,
+    RoundMetrics,
+    RunStarted,
+    SwarmJoined,
+)
 
 T0 = 1_780_000_000.0
 """A fixed Unix time: log stamps and "last seen" are drawn from it."""

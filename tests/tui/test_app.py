@@ -11,15 +11,14 @@ import pytest
 from textual.widgets import DataTable
 
 from backends.fake import FakeBackend
-from swarm_app.kernel.events import (EvaluationFinished, PhaseProgress, RoundFinished, RunStopped,
-                              SharingChanged, TrainingPaused)
+from swarm_app.kernel.events import EvaluationFinished, PhaseProgress, RoundFinished, RunStopped, SharingChanged, TrainingPaused
+from swarm_app.kernel.tasks import heldout, preset
 from swarm_app.session.session import Session
 from swarm_app.training.checkpoint import Checkpoints
 from swarm_app.tui.app import SwarmApp
 from swarm_app.tui.dashboard import EngineBadge, RoundStatus
 from swarm_app.tui.messages import SessionEvent
 from swarm_app.tui.peers import PeersView
-from swarm_app.kernel.tasks import heldout, preset
 from tests.session.test_session import make_settings
 from tests.tui.script import T0, dashboard_script, peer, peers_updated, scripted
 

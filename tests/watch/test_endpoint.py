@@ -98,7 +98,8 @@ def test_no_token_or_a_wrong_one_gets_401_and_nothing_else(stub_model, tmp_path)
         base = f"http://127.0.0.1:{info.port}"
         statuses = {}
         async with aiohttp.ClientSession() as client:
-            for name, headers, path in [("none", {}, "/events"), ("wrong", bearer(("y" if info.token[0] == "x" else "x") + info.token[1:]), "/events"),
+            wrong = ("y" if info.token[0] == "x" else "x") + info.token[1:]
+            for name, headers, path in [("none", {}, "/events"), ("wrong", bearer(wrong), "/events"),
                                         ("basic", {"Authorization": f"Basic {info.token}"}, "/events"),
                                         ("other path", {}, "/"), ("right token", bearer(info.token), "/nothing")]:
                 async with client.get(base + path, headers=headers) as response:

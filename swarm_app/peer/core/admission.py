@@ -13,11 +13,11 @@ import logging
 from dataclasses import dataclass
 from typing import Callable
 
+from swarm_app.kernel.rollouts import Rollout
+from swarm_app.kernel.tasks import HELDOUT_SEED, Task, TaskRef, regenerate
 from swarm_app.peer.core.pool import PoolEntry, RolloutPool, SeenCache
 from swarm_app.peer.core.ratelimit import BucketMap
 from swarm_app.peer.core.wire import ParsedBody, SignedRollout, WireError, parse_body, signature_valid
-from swarm_app.kernel.rollouts import Rollout
-from swarm_app.kernel.tasks import HELDOUT_SEED, Task, TaskRef, regenerate
 
 log = logging.getLogger(__name__)
 

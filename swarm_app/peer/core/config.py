@@ -18,7 +18,6 @@ from swarm_app.peer.core.protocol import ProtocolConfig
 from swarm_app.peer.core.scores import ScorePolicy
 
 
-
 @dataclass(frozen=True)
 class PeerConfig:
     listen: str = DEFAULT_LISTEN

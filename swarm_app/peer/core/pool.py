@@ -14,8 +14,8 @@ import threading
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 
-from swarm_app.peer.core.wire import SignedRollout
 from swarm_app.kernel.rollouts import Rollout
+from swarm_app.peer.core.wire import SignedRollout
 
 
 @dataclass

@@ -20,6 +20,8 @@ from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from swarm_app.kernel.rollouts import Rollout
+from swarm_app.kernel.tasks import HELDOUT_SEED
 from swarm_app.peer.core.actions import Action, Admitted, Close, Dial, FetchPeers, HttpPull, Send
 from swarm_app.peer.core.addressbook import AddressBook, format_address, parse_address
 from swarm_app.peer.core.admission import Accepted, Admission
@@ -30,8 +32,6 @@ from swarm_app.peer.core.pool import PoolEntry
 from swarm_app.peer.core.ratelimit import TokenBucket
 from swarm_app.peer.core.scores import PeerBook, PeerRecord
 from swarm_app.peer.core.wire import WireError, item_from_json, parse_body, sign_rollout
-from swarm_app.kernel.rollouts import Rollout
-from swarm_app.kernel.tasks import HELDOUT_SEED
 
 log = logging.getLogger(__name__)
 

@@ -17,11 +17,10 @@ from typing import Any
 
 import rfc8785
 
-from swarm_app.peer.core.identity import Identity, b64url, node_id_of, unb64url, verify
 from swarm_app.kernel.rollouts import Rollout
 from swarm_app.kernel.tasks import TaskRef
-
 from swarm_app.peer import PROTOCOL_VERSION  # noqa: E402  (defined where --version can read it cheaply)
+from swarm_app.peer.core.identity import Identity, b64url, node_id_of, unb64url, verify
 
 MAX_BODY_BYTES = 64 * 1024
 """Largest accepted rollout body (canonical bytes)."""

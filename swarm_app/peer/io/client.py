@@ -9,9 +9,9 @@ to record; nothing here retries, scores or logs above debug.
 from __future__ import annotations
 
 import asyncio
-import time
 import json
 import logging
+import time
 from typing import Any
 
 import aiohttp

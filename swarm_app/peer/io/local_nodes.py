@@ -18,8 +18,8 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 
 from swarm_app.peer.core.config import PeerConfig, local_config
 from swarm_app.peer.core.identity import Identity
-from swarm_app.peer.io.node import PeerNode
 from swarm_app.peer.core.stats import NodeStats
+from swarm_app.peer.io.node import PeerNode
 
 log = logging.getLogger(__name__)
 

@@ -28,22 +28,22 @@ from aiohttp import web
 
 from swarm_app.kernel.errors import SwarmError
 from swarm_app.kernel.paths import user_dirs
-from swarm_app.peer.io import client, discovery, server
-from swarm_app.peer.io.gate import ConnectionGate, GatedSite, descriptor_budget, gated_runner, soft_descriptor_limit
+from swarm_app.kernel.rollouts import Rollout
+from swarm_app.kernel.tasks import Task, TaskRef, regenerate
+from swarm_app.peer.core.actions import Action, Admitted, Close, Dial, FetchPeers, HttpPull, Send
 from swarm_app.peer.core.addressbook import AddressBook, format_address, parse_address
 from swarm_app.peer.core.admission import Admission
 from swarm_app.peer.core.config import PeerConfig
 from swarm_app.peer.core.identity import Identity, IdentityStore
 from swarm_app.peer.core.limits import fitted_limits
 from swarm_app.peer.core.messages import HandshakeError, Hello, MessageError, encode
-from swarm_app.peer.io.metrics import NodeMetrics
 from swarm_app.peer.core.pool import PoolEntry, RolloutPool, SeenCache
-from swarm_app.peer.core.actions import Action, Admitted, Close, Dial, FetchPeers, HttpPull, Send
 from swarm_app.peer.core.protocol import NodeCore
 from swarm_app.peer.core.scores import PeerBook
 from swarm_app.peer.core.stats import NodeStats, snapshot
-from swarm_app.kernel.rollouts import Rollout
-from swarm_app.kernel.tasks import Task, TaskRef, regenerate
+from swarm_app.peer.io import client, discovery, server
+from swarm_app.peer.io.gate import ConnectionGate, GatedSite, descriptor_budget, gated_runner, soft_descriptor_limit
+from swarm_app.peer.io.metrics import NodeMetrics
 
 log = logging.getLogger(__name__)
 

@@ -21,8 +21,8 @@ from aiohttp import web
 from swarm_app import __version__
 from swarm_app.peer.core.identity import Identity, b64url
 from swarm_app.peer.core.messages import HandshakeError, Hello, MessageError, ServerHandshake, decode_frame, encode
-from swarm_app.peer.core.ratelimit import BucketMap
 from swarm_app.peer.core.protocol import NodeCore
+from swarm_app.peer.core.ratelimit import BucketMap
 from swarm_app.peer.core.wire import PROTOCOL_VERSION, WS_MAX_MSG_SIZE
 
 log = logging.getLogger(__name__)

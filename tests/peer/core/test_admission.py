@@ -9,11 +9,11 @@ import time
 import pytest
 import rfc8785
 
+from swarm_app.kernel.tasks import HELDOUT_SEED, Task, TaskRef
 from swarm_app.peer.core.admission import REASONS, Accepted, Admission, AdmissionLimits, Rejected
 from swarm_app.peer.core.identity import Identity
 from swarm_app.peer.core.pool import RolloutPool, SeenCache
 from swarm_app.peer.core.wire import SignedRollout, sign_rollout
-from swarm_app.kernel.tasks import HELDOUT_SEED, Task, TaskRef
 from tests.peer.helpers import make_rollout, signed
 
 AUTHOR = Identity.generate()

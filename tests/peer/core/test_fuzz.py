@@ -11,13 +11,14 @@ import json
 import time
 
 import rfc8785
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from swarm_app.peer.core.actions import Action
 from swarm_app.peer.core.admission import REASONS, Accepted, Admission, AdmissionLimits, Rejected
 from swarm_app.peer.core.identity import Identity, b64url
 from swarm_app.peer.core.messages import MESSAGE_REASONS, MessageError, decode_frame
 from swarm_app.peer.core.pool import RolloutPool, SeenCache
-from swarm_app.peer.core.actions import Action
 from swarm_app.peer.core.protocol import ProtocolConfig
 from swarm_app.peer.core.scores import REASON_WEIGHTS
 from swarm_app.peer.core.wire import SignedRollout, WireError, item_from_json

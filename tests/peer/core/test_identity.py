@@ -11,10 +11,10 @@ import stat
 import keyring.errors
 import pytest
 
-from swarm_app.kernel.errors import UsageError
-from swarm_app.peer.core import identity as identity_mod
 from swarm_app.cli import build_parser
 from swarm_app.commands.identity import main as identity_main
+from swarm_app.kernel.errors import UsageError
+from swarm_app.peer.core import identity as identity_mod
 from swarm_app.peer.core.identity import Identity, IdentityStore, b64url, node_id_of, unb64url
 
 

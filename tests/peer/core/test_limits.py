@@ -10,12 +10,12 @@ import pytest
 from swarm_app.peer.core.actions import Send
 from swarm_app.peer.core.addressbook import AddressBook
 from swarm_app.peer.core.admission import Admission, AdmissionLimits
-from swarm_app.peer.io.local_nodes import local_swarm, wait_until_meshed
 from swarm_app.peer.core.identity import Identity
 from swarm_app.peer.core.limits import fitted_limits
 from swarm_app.peer.core.pool import RolloutPool, SeenCache
 from swarm_app.peer.core.protocol import NodeCore, ProtocolConfig
 from swarm_app.peer.core.scores import PeerBook, ScorePolicy
+from swarm_app.peer.io.local_nodes import local_swarm, wait_until_meshed
 from tests.peer.helpers import fast_config, make_rollouts
 from tests.peer.sim import Simulation
 

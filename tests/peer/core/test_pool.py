@@ -5,10 +5,10 @@ from __future__ import annotations
 import random
 from collections import Counter
 
-from swarm_app.peer.core.pool import PoolEntry, RolloutPool, SeenCache, fill_cap
-from swarm_app.peer.core.wire import SignedRollout
 from swarm_app.kernel.rollouts import Rollout
 from swarm_app.kernel.tasks import TaskRef
+from swarm_app.peer.core.pool import PoolEntry, RolloutPool, SeenCache, fill_cap
+from swarm_app.peer.core.wire import SignedRollout
 
 NOW = 1_000_000_000
 

@@ -7,10 +7,10 @@ import logging
 import random
 from collections import Counter
 
-from swarm_app.peer.core.addressbook import AddressBook, parse_address
-from swarm_app.peer.core.actions import Close, Dial, FetchPeers, HttpPull, Send
-from swarm_app.peer.core.protocol import ProtocolConfig
 from swarm_app.kernel.tasks import HELDOUT_SEED
+from swarm_app.peer.core.actions import Close, Dial, FetchPeers, HttpPull, Send
+from swarm_app.peer.core.addressbook import AddressBook, parse_address
+from swarm_app.peer.core.protocol import ProtocolConfig
 from tests.peer.helpers import make_rollout, make_rollouts
 from tests.peer.sim import START, Simulation
 

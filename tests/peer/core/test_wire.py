@@ -7,13 +7,24 @@ import json
 
 import pytest
 import rfc8785
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from swarm_app.peer.core.identity import Identity
-from swarm_app.peer.core.wire import (MAX_BODY_BYTES, SIGNATURE_PREFIX, SignedRollout, WireError, body_dict,
-                                 canonical_json, item_from_json, parse_body, sign_rollout, signature_valid)
 from swarm_app.kernel.rollouts import Rollout
 from swarm_app.kernel.tasks import TaskRef
+from swarm_app.peer.core.identity import Identity
+from swarm_app.peer.core.wire import (
+    MAX_BODY_BYTES,
+    SIGNATURE_PREFIX,
+    SignedRollout,
+    WireError,
+    body_dict,
+    canonical_json,
+    item_from_json,
+    parse_body,
+    sign_rollout,
+    signature_valid,
+)
 from tests.peer.helpers import make_rollout, signed
 
 IDENT = Identity.generate()

@@ -17,8 +17,8 @@ import rfc8785
 
 from swarm_app.peer.core.identity import Identity, b64url
 from swarm_app.peer.core.messages import ClientHandshake, decode_frame, encode
-from swarm_app.peer.io.node import PeerNode
 from swarm_app.peer.core.wire import MAX_FRAME_BYTES, SIGNATURE_PREFIX, SignedRollout, body_dict, sign_rollout
+from swarm_app.peer.io.node import PeerNode
 from tests.peer.helpers import fast_config, make_rollout, signed
 
 NOW_MS = lambda: int(time.time() * 1000)  # noqa: E731

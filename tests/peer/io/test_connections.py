@@ -19,11 +19,11 @@ import aiohttp
 import pytest
 
 from swarm_app.peer.core.addressbook import parse_address
-from swarm_app.peer.io.gate import RESERVED_DESCRIPTORS, descriptor_budget
 from swarm_app.peer.core.identity import Identity
 from swarm_app.peer.core.messages import ClientHandshake, decode_frame, encode
-from swarm_app.peer.io.node import PeerNode
 from swarm_app.peer.core.wire import item_from_json
+from swarm_app.peer.io.gate import RESERVED_DESCRIPTORS, descriptor_budget
+from swarm_app.peer.io.node import PeerNode
 from tests.peer.helpers import fast_config, make_rollout, signed
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="needs 127.0.0.2 and /proc (Linux)")

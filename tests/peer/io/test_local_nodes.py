@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from swarm_app.kernel.errors import UsageError
-from swarm_app.peer.core.config import DEFAULT_LISTEN, PeerConfig
-from swarm_app.peer.io.local_nodes import demo_config, run_demo
-from swarm_app.peer.io.discovery import MdnsDiscovery, advertised_ips, read_peer_table
-from swarm_app.peer.core.addressbook import AddressBook
-from swarm_app.peer.io.node import PeerNode
 from swarm_app.kernel.settings import Settings
+from swarm_app.peer.core.addressbook import AddressBook
+from swarm_app.peer.core.config import DEFAULT_LISTEN, PeerConfig
+from swarm_app.peer.io.discovery import MdnsDiscovery, advertised_ips, read_peer_table
+from swarm_app.peer.io.local_nodes import demo_config, run_demo
+from swarm_app.peer.io.node import PeerNode
 from tests.peer.helpers import make_rollout
 
 

@@ -10,10 +10,10 @@ import time
 
 import aiohttp
 
-from swarm_app.peer.io.local_nodes import local_swarm, wait_until_meshed
 from swarm_app.peer.core.identity import Identity
-from swarm_app.peer.io.node import PeerNode
 from swarm_app.peer.core.wire import item_from_json, parse_body
+from swarm_app.peer.io.local_nodes import local_swarm, wait_until_meshed
+from swarm_app.peer.io.node import PeerNode
 from tests.peer.helpers import fast_config, make_rollouts, with_bootstrap
 
 
