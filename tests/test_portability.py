@@ -28,7 +28,7 @@ POSIX_PATH_PREFIXES = ("/tmp", "/var/", "/etc/", "/usr/", "/home/", "/dev/", "/p
 TEXT_IO_METHODS = {"read_text", "write_text"}
 
 REVIEWED: dict[tuple[str, str], str] = {
-    ("swarm_app/peer/io/gate.py", "import resource"):
+    ("swarm_app/kernel/gate.py", "import resource"):
         "inside try/except ImportError; Windows has no RLIMIT_NOFILE and gets FALLBACK_BUDGET (256)",
     ("tools/installer.py", "os.symlink"):
         "Path.symlink_to only for the ~/.local/bin launcher, which plan_install sets on POSIX only "

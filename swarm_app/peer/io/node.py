@@ -27,6 +27,7 @@ import aiohttp
 from aiohttp import web
 
 from swarm_app.kernel.errors import SwarmError
+from swarm_app.kernel.gate import ConnectionGate, GatedSite, descriptor_budget, gated_runner, soft_descriptor_limit
 from swarm_app.kernel.paths import user_dirs
 from swarm_app.kernel.rollouts import Rollout
 from swarm_app.kernel.tasks import Task, TaskRef, regenerate
@@ -42,7 +43,6 @@ from swarm_app.peer.core.protocol import NodeCore
 from swarm_app.peer.core.scores import PeerBook
 from swarm_app.peer.core.stats import NodeStats, snapshot
 from swarm_app.peer.io import client, discovery, server
-from swarm_app.peer.io.gate import ConnectionGate, GatedSite, descriptor_budget, gated_runner, soft_descriptor_limit
 from swarm_app.peer.io.metrics import NodeMetrics
 
 log = logging.getLogger(__name__)

@@ -18,11 +18,11 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from swarm_app.kernel.gate import RESERVED_DESCRIPTORS, descriptor_budget
 from swarm_app.peer.core.addressbook import parse_address
 from swarm_app.peer.core.identity import Identity
 from swarm_app.peer.core.messages import ClientHandshake, decode_frame, encode
 from swarm_app.peer.core.wire import item_from_json
-from swarm_app.peer.io.gate import RESERVED_DESCRIPTORS, descriptor_budget
 from swarm_app.peer.io.node import PeerNode
 from tests.peer.helpers import fast_config, make_rollout, signed
 
