@@ -3,7 +3,8 @@
 A backend owns one model, its LoRA adapter and its optimizer. It renders chat prompts with the model's
 own chat template, samples completions, and applies one round's GRPO update given completions and
 their advantages (the trainer computes rewards and advantages; the backend never sees a reward).
-Capability flags say what an engine can do; `is_available` must be cheap (no heavy imports).
+Capability flags say what an engine can do, where the registry chooses by it; `is_available` must be cheap
+(no heavy imports). Every engine's generate lets a progress callback stop it with Cancelled (see Progress).
 """
 
 from __future__ import annotations
@@ -168,8 +169,6 @@ class Backend(ABC):
     adapter_format: ClassVar[str] = "peft"
     """What save_adapter writes: "peft" (adapter_config.json + adapter_model.safetensors) or the engine's
     own format. A checkpoint resumes only on an engine with the same format."""
-    supports_cancel: ClassVar[bool] = False
-    """True when generate stops between decode steps once a progress callback raises Cancelled."""
 
     @classmethod
     def runs_accelerated(cls, hw: Hardware) -> bool:

@@ -11,15 +11,24 @@ import hashlib
 import json
 from pathlib import Path
 
-from backends.base import (Backend, BackendError, Completion, Hardware, Messages, ModelSpec, Progress, Sampling,
-                           TrainSample, TrainStats)
+from backends.base import (
+    Backend,
+    BackendError,
+    Completion,
+    Hardware,
+    Messages,
+    ModelSpec,
+    Progress,
+    Sampling,
+    TrainSample,
+    TrainStats,
+)
 
 ADAPTER_FILE = "fake_adapter.json"
 
 
 class FakeBackend(Backend):
     name = "fake"
-    supports_cancel = True
     adapter_format = "fake-json"
 
     def __init__(self) -> None:

@@ -1,6 +1,6 @@
 """Hugging Face llama or qwen2 -> GGUF (base model) and PEFT LoRA -> GGUF LoRA adapter, with the `gguf` package.
 
-Owns the tensor-name map and the llama.cpp layout rules (FIELD-NOTES, llama.cpp): for llama, q and k rows
+Owns the tensor-name map and the llama.cpp layout rules: for llama, q and k rows
 (and LoRA B of q and k) are permuted into llama.cpp's interleaved RoPE layout, using the KV head count
 for k; qwen2 uses NEOX RoPE in llama.cpp (HF's layout: no permutation) and has q/k/v biases. The
 tokenizer is written as a ByteLevel BPE (`tokenizer.ggml.pre` from HF's pre-tokenizer, the token list

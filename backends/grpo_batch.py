@@ -1,6 +1,7 @@
 """One round's update data, the same for every engine that trains in Python (torch, mlx): the encoded
-prompt + completion sequences, their grouping by shared prompt under a logit budget, and the record of
-each optimizer step with the round's summary. Engines do the tensor work; nothing here imports one.
+prompt + completion sequences, their grouping by shared prompt under a logit budget (plain Python: lengths
+in, index groups out), and the record of each optimizer step with the round's summary. Engines do the
+tensor work; nothing here imports one.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from typing import NamedTuple
 
 from backends.base import Messages, OptimConfig, TrainSample, TrainStats
 from backends.chat import encode_prompt
-from backends.torch.batching import split_by_budget
+
+LOGIT_BUDGET = 1 << 26
+"""Logit elements per training forward pass (256 MiB in fp32); minibatches are split to stay under it."""
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,20 @@ def by_prompt(seqs: list[Sequence]) -> list[list[int]]:
     for i, s in enumerate(seqs):
         groups.setdefault(tuple(s.ids[: s.prompt_len]), []).append(i)
     return list(groups.values())
+
+
+def split_by_budget(lengths: list[int], vocab: int, budget: int = LOGIT_BUDGET) -> list[list[int]]:
+    """Consecutive index groups whose padded logits (rows x longest x vocab) stay under `budget`."""
+    groups: list[list[int]] = []
+    longest = 0
+    for i, length in enumerate(lengths):
+        longest = max(longest, length)
+        if groups and (len(groups[-1]) + 1) * longest * vocab <= budget:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+            longest = length
+    return groups
 
 
 def group_by_prompt(seqs: list[Sequence], vocab: int) -> list[list[int]]:

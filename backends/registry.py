@@ -35,7 +35,6 @@ class Capabilities:
 
     training: bool
     adapter_format: str
-    cancel: bool
 
 
 def names() -> list[str]:
@@ -51,7 +50,7 @@ def backend_class(name: str) -> type[Backend]:
 
 def capabilities(name: str) -> Capabilities:
     cls = backend_class(name)
-    return Capabilities(cls.supports_training, cls.adapter_format, cls.supports_cancel)
+    return Capabilities(cls.supports_training, cls.adapter_format)
 
 
 def auto_order(hw: Hardware) -> list[str]:

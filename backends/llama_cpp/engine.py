@@ -21,8 +21,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from backends.base import Backend, BackendError, Completion, Hardware, Messages, ModelSpec, Sampling
-from backends.base import TrainSample, TrainStats
+from backends.base import Backend, BackendError, Completion, Hardware, Messages, ModelSpec, Sampling, TrainSample, TrainStats
 from backends.llama_cpp.batch import BatchedDecoder
 from backends.torch.engine import TorchBackend
 
@@ -34,7 +33,6 @@ REQUIRED = ("llama_cpp", "gguf", "torch", "transformers", "peft")
 class LlamaCppBackend(Backend):
     name = "llama_cpp"
     adapter_format = "peft"  # the torch side writes and reads the adapter files
-    supports_cancel = True  # the decoder reports after every decode step
 
     def __init__(self) -> None:
         self._trainer = TorchBackend()
@@ -100,15 +98,15 @@ class LlamaCppBackend(Backend):
         from backends.torch.decode import token_chooser
 
         decoder = self._require_decoder()
-        rows = [ids for ids in map(self._trainer._encode_prompt, prompts) for _ in range(n)]
+        rows = [ids for ids in map(self._trainer.encode_prompt, prompts) for _ in range(n)]
         chooser = token_chooser(sampling)  # the torch engine's: both engines sample alike
 
         def choose(logits) -> list[int]:
             return chooser(torch.from_numpy(logits)).tolist()
 
         with self._trainer._seeded(sampling.seed), torch.inference_mode():
-            done = decoder.generate(rows, choose, sampling.max_new_tokens, set(self._trainer._stop_ids), progress)
-        tok = self._trainer._tok
+            done = decoder.generate(rows, choose, sampling.max_new_tokens, set(self._trainer.stop_ids), progress)
+        tok = self._trainer.tokenizer
         completions = [Completion(tok.decode(new, skip_special_tokens=True), len(new) + stopped) for new, stopped in done]
         return [completions[i * n : (i + 1) * n] for i in range(len(prompts))]
 
@@ -135,7 +133,7 @@ class LlamaCppBackend(Backend):
 
         from backends import gguf_export
 
-        state = {k: v.detach().float().cpu().numpy() for k, v in get_peft_model_state_dict(self._trainer._model).items()}
+        state = {k: v.detach().float().cpu().numpy() for k, v in get_peft_model_state_dict(self._trainer.model).items()}
         return gguf_export.export_lora(state, self._config, self._spec.lora.alpha, out)
 
     def _swap_adapter(self) -> None:

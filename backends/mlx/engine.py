@@ -4,13 +4,14 @@ Owns: loading the HF model folder with mlx-lm (with the config fixes it needs: t
 RoPE base only under `rope_parameters`, which mlx-lm ignores, so logits were off by 2.1), the tokenizer
 and chat template (the same HF fast tokenizer and stop ids as the torch engine, so both see the same
 ids), batched sampling from a KV cache computed once per prompt and repeated for its n completions,
-the round's GRPO update (loss in grpo_loss_mlx.py, `nn.value_and_grad`, global-norm clipping, AdamW with
-torch's bias correction), and the adapter in mlx-lm's format (adapters.safetensors + adapter_config.json,
+the tensor work of the round's GRPO update (loss in backends/mlx/grpo_loss.py, `nn.value_and_grad`,
+global-norm clipping, AdamW with torch's bias correction; the loop over minibatches is backends/update.py's,
+the same as torch's), and the adapter in mlx-lm's format (adapters.safetensors + adapter_config.json,
 readable by `mlx_lm.generate --adapter-path`) with the optimizer state (optimizer.safetensors), whose files
-mlx_adapter.py reads and writes; mlx_decode.py holds the KV-cache prefill and the token choice.
-backends/adapter_convert.py moves adapters between this format and PEFT.
-Differs from torch on purpose only in the minibatch shuffle (NumPy's generator, the same batch-derived
-seed) and the fresh adapter's random A (mlx's generator; B is zero, so the fresh model is the same).
+backends/mlx/adapter.py reads and writes; backends/mlx/decode.py holds the KV-cache prefill and the token
+choice. backends/adapter_convert.py moves adapters between this format and PEFT.
+Differs from torch on purpose only in the fresh adapter's random A (mlx's generator; B is zero, so the
+fresh model is the same) and in sampling (mlx's generator).
 Must not import swarm_app, and must not import mlx or mlx_lm at module level (`is_available` runs first).
 """
 
@@ -19,17 +20,16 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
-import math
 import random
 from pathlib import Path
 
 from backends import adapter_convert as convert
-from backends.mlx import adapter as mlx_adapter, decode as mlx_decode
-from backends.base import Backend, BackendError, Completion, Hardware, Messages, ModelSpec, Progress, Sampling
-from backends.base import TrainSample, TrainStats
-from backends.chat import IM_END, check_model_folder, encode_prompt, load_tokenizer, model_folder, stop_ids
-from backends.grpo_batch import Sequence, Step, encode_sample, group_by_prompt, minibatch_parts, shuffle_seed
-from backends.grpo_batch import summarize
+from backends.base import BackendError, Completion, Hardware, Messages, ModelSpec, Progress, Sampling
+from backends.chat import IM_END, check_model_folder, load_tokenizer, model_folder, stop_ids
+from backends.grpo_batch import Sequence
+from backends.mlx import adapter as mlx_adapter
+from backends.mlx import decode as mlx_decode
+from backends.update import GrpoEngine
 
 log = logging.getLogger(__name__)
 
@@ -58,18 +58,15 @@ def read_config(folder: Path) -> dict:
         raise BackendError(f"cannot read {folder / 'config.json'}: {exc}") from exc
 
 
-class MlxBackend(Backend):
-    """One mlx-lm model + LoRA layers + AdamW. Old-policy log-probs are taken once per round in eval mode."""
+class MlxBackend(GrpoEngine):
+    """One mlx-lm model + LoRA layers + AdamW; the update's old-policy log-probs as backends/update.py
+    describes. mlx-lm's models apply no dropout of their own, so only LoRA dropout turns the reuse off."""
 
     name = "mlx"
     adapter_format = "mlx-lora"
-    supports_cancel = True
 
     def __init__(self) -> None:
-        self._model = self._tok = self._optimizer = self._spec = None
-        self._model_id = ""
-        self._stop_ids: list[int] = []
-        self._end_id = 0
+        super().__init__()
         self._draws = random.Random()
 
     @classmethod
@@ -102,6 +99,7 @@ class MlxBackend(Backend):
         self._attach_lora(model, spec, mx)
         model.eval()
         self._model, self._tok, self._spec = model, tok, spec
+        self.reuses_first_pass = spec.lora.dropout == 0
         self._end_id = tok.get_vocab().get(IM_END, tok.eos_token_id)
         self._stop_ids = stop_ids(tok, self._end_id, self._checkpoint_eos(folder))
         self._model_id = spec.reported_id()
@@ -143,19 +141,6 @@ class MlxBackend(Backend):
         # bias_correction=True: torch's AdamW corrects the moments; mlx's default does not.
         return optim.AdamW(learning_rate=o.learning_rate, weight_decay=o.weight_decay, bias_correction=True)
 
-    def _require_model(self):
-        if self._model is None:
-            raise BackendError("no model loaded: call load() first")
-        return self._model
-
-    @property
-    def model_id(self) -> str:
-        self._require_model()
-        return self._model_id
-
-    def _encode_prompt(self, messages: Messages) -> list[int]:
-        return encode_prompt(self._tok, messages, self._model_id)
-
     # Generation
 
     def generate(self, prompts: list[Messages], n: int, sampling: Sampling,
@@ -169,9 +154,9 @@ class MlxBackend(Backend):
         out = []
         for k, messages in enumerate(prompts):
             key, sub = mx.random.split(key)
-            rows = self._sample_group(self._encode_prompt(messages), n, sampling, sub,
+            rows = self._sample_group(self.encode_prompt(messages), n, sampling, sub,
                                       lambda done, k=k: progress(k * sampling.max_new_tokens + done, total) if progress else None)
-            out.append([self._decode(row) for row in rows])
+            out.append([self._completion(row) for row in rows])
         return out
 
     def _prefill(self, head: list[int], copies: int):
@@ -200,22 +185,13 @@ class MlxBackend(Backend):
             tokens = picked[:, None]
         return rows
 
-    def _decode(self, new_tokens: list[int]) -> Completion:
-        """Text up to the first stop token; n_tokens counts the generated tokens including that stop token."""
-        stops = [i for i, t in enumerate(new_tokens) if t in self._stop_ids]
-        end = stops[0] if stops else len(new_tokens)
-        return Completion(self._tok.decode(new_tokens[:end], skip_special_tokens=True), end + 1 if stops else end)
-
     # Training
-
-    def _encode_sample(self, sample: TrainSample) -> Sequence:
-        return encode_sample(self._tok, sample.messages, sample.completion, self._end_id, self._model_id)
 
     def _group_logps(self, seqs: list[Sequence]):
         """([B, T] log-probs of each completion token, [B, T] mask) for `seqs` sharing one prompt.
 
         The prompt but its last token goes through the model once; its cache is repeated for every
-        completion and gradients flow back through it (see torch_lora._token_logps for why). Tails are
+        completion and gradients flow back through it (see TorchBackend._token_logps for why). Tails are
         right-padded, so the causal mask alone keeps padding out of every real token's attention.
         """
         import mlx.core as mx
@@ -231,8 +207,8 @@ class MlxBackend(Backend):
         mask = mx.arange(width - 1)[None, :] < mx.array([s.n_completion for s in seqs])[:, None]
         return logp, mask
 
-    def _groups(self, seqs: list[Sequence]) -> list[list[int]]:
-        return group_by_prompt(seqs, self._model.args.vocab_size)
+    def _vocab_size(self) -> int:
+        return self._model.args.vocab_size
 
     def _old_logps(self, seqs: list[Sequence]) -> list:
         """Per-sample 1-D log-probs under the policy as the round starts (computed once, no gradient)."""
@@ -246,95 +222,55 @@ class MlxBackend(Backend):
                 out[i] = mx.stop_gradient(logp[row, : seqs[i].n_completion])
         return out
 
-    def token_logprobs(self, batch: list[TrainSample]) -> list[list[float]]:
-        self._require_model()
-        return [logp.tolist() for logp in self._old_logps([self._encode_sample(s) for s in batch])]
-
-    def train_step(self, batch: list[TrainSample], progress: Progress | None = None) -> TrainStats:
-        self._require_model()
-        if self._optimizer is None:
-            raise BackendError("this model was loaded with trainable=False: load it again to train")
-        if all(s.advantage == 0.0 for s in batch):
-            return TrainStats(loss=0.0, tokens=0)
-        seqs = [self._encode_sample(s) for s in batch]
-        advantages = [s.advantage for s in batch]
-        active = [i for i, a in enumerate(advantages) if a != 0.0]
-        old = dict(zip(active, self._old_logps([seqs[i] for i in active])))
-        parts = minibatch_parts(seqs, self._spec.optim, shuffle_seed(batch))
-        steps = []
-        self._model.train()
-        try:
-            for k, part in enumerate(parts, 1):
-                steps.append(self._minibatch_step([seqs[i] for i in part], [old.get(i) for i in part],
-                                                  [advantages[i] for i in part]))
-                if progress is not None:
-                    progress(k, len(parts))
-        finally:
-            self._model.eval()
-        return summarize(steps, tokens=sum(s.n_completion for s in seqs))
-
-    def _gradients(self, seqs: list[Sequence], old: list, advantages: list[float], total: int):
-        """(loss, clipped tokens, gradient tree) of one minibatch's samples with A != 0, accumulated group by
-        group; the token mean divides by `total`, the minibatch's completion tokens (A == 0 ones included)."""
+    def _group_gradients(self, seqs: list[Sequence], old: list, advantages: list[float], total: int):
+        """One pass through `nn.value_and_grad`: its loss, clipped tokens and own log-probs come out as the
+        function's value, its gradient as a tree (see GrpoEngine)."""
         import mlx.core as mx
         import mlx.nn as nn
-        from mlx.utils import tree_map
 
         from backends.mlx.grpo_loss import grpo_loss
 
         optim = self._spec.optim
 
-        def group_loss(members):
-            logp, mask = self._group_logps([seqs[i] for i in members])
+        def group_loss():
+            logp, mask = self._group_logps(seqs)
+            own = mx.stop_gradient(logp)
             width = logp.shape[1]
-            old_logp = mx.stack([mx.pad(old[i], (0, width - old[i].shape[0])) for i in members])
-            adv = mx.array([[advantages[i]] for i in members])
+            old_logp = mx.stack([own[row] if o is None else mx.pad(o, (0, width - o.shape[0]))
+                                 for row, o in enumerate(old)])
+            adv = mx.array([[a] for a in advantages])
             loss, fraction = grpo_loss(logp, old_logp, adv, mask, optim.clip_low, optim.clip_high, num_tokens=total)
-            return loss, fraction * mask.sum()
+            return loss, fraction * mask.sum(), own
 
-        value_and_grad = nn.value_and_grad(self._model, group_loss)
-        loss_sum, clipped, grads = 0.0, 0.0, None
-        for group in self._groups(seqs):
-            (loss, cut), g = value_and_grad(group)
-            grads = g if grads is None else tree_map(mx.add, grads, g)
-            mx.eval(loss, cut, grads)
-            loss_sum += loss.item()
-            clipped += cut.item()
-        return loss_sum, clipped, grads
+        (loss, cut, own), grads = nn.value_and_grad(self._model, group_loss)()
+        mx.eval(loss, cut, own, grads)
+        return loss.item(), cut.item(), [own[row, : s.n_completion] for row, s in enumerate(seqs)], grads
 
-    def _minibatch_step(self, seqs: list[Sequence], old: list, advantages: list[float]) -> Step:
+    def _add_gradients(self, first, second):
         import mlx.core as mx
+        from mlx.utils import tree_map
+
+        total = tree_map(mx.add, first, second)
+        mx.eval(total)  # one group's graph at a time, as the passes themselves
+        return total
+
+    def _clip_gradients(self, grads, max_norm: float):
         import mlx.optimizers as optim
 
-        total = sum(s.n_completion for s in seqs)
-        keep = [i for i, a in enumerate(advantages) if a != 0.0]
-        if not keep:
-            return Step(0.0, total, 0.0, 0.0, False)
-        loss, clipped, grads = self._gradients([seqs[i] for i in keep], [old[i] for i in keep],
-                                               [advantages[i] for i in keep], total)
-        grads, norm = optim.clip_grad_norm(grads, self._spec.optim.max_grad_norm)
-        norm = norm.item()
-        finite = math.isfinite(norm)
-        if finite:
-            self._optimizer.update(self._model, grads)
-            mx.eval(self._model.parameters(), self._optimizer.state)
-        else:
-            log.warning("skipped an optimizer step: the gradient norm is %s", norm)
-        return Step(loss, total, clipped, norm, finite)
+        grads, norm = optim.clip_grad_norm(grads, max_norm)
+        return grads, norm.item()
 
-    def loss_and_gradients(self, batch: list[TrainSample]) -> tuple[float, dict]:
-        """The first step's loss (ratio 1) and its LoRA gradient over `batch` as one minibatch, with PEFT names
-        and layout (numpy), without updating anything: for comparing engines in tests."""
+    def _apply_gradients(self, grads) -> None:
+        import mlx.core as mx
+
+        self._optimizer.update(self._model, grads)
+        mx.eval(self._model.parameters(), self._optimizer.state)
+
+    def _named_gradients(self, grads) -> dict:
         import numpy as np
         from mlx.utils import tree_flatten
 
-        self._require_model()
-        seqs = [self._encode_sample(s) for s in batch]
-        keep = [i for i, s in enumerate(batch) if s.advantage != 0.0]
-        old = self._old_logps([seqs[i] for i in keep])
-        loss, _, grads = self._gradients([seqs[i] for i in keep], old, [batch[i].advantage for i in keep],
-                                         sum(s.n_completion for s in seqs))
-        return loss, {convert.mlx_to_peft_name(k): np.array(v).T for k, v in tree_flatten(grads)}
+        return {convert.mlx_to_peft_name(k): np.array(v).T for k, v in tree_flatten(grads)}
 
     # Adapter files (backends/mlx/adapter.py)
 

@@ -1,14 +1,13 @@
-"""Batching helpers of the torch engine: padding, splitting a batch under a logit budget, and KV caches that
-let several sequences share one pass over their common prompt. Must not import torch or transformers at
-module level (see torch_lora.py).
+"""Batching helpers of the torch engine: padding, KV caches that let several sequences share one pass over
+their common prompt, and the attention kernel of a training pass. (Splitting a batch under the logit budget
+is plain Python that mlx shares: backends/grpo_batch.py.) Must not import torch or transformers at module
+level (see backends/torch/engine.py).
 """
 
 from __future__ import annotations
 
 import contextlib
 
-LOGIT_BUDGET = 1 << 26
-"""Logit elements per training forward pass (256 MiB in fp32); minibatches are split to stay under it."""
 EAGER_ATTENTION_BUDGET = 1 << 28
 """Bytes of attention weights (all layers, fp32) a CPU training pass may keep for backward in eager attention."""
 
@@ -87,16 +86,3 @@ def training_attention(model, device, rows: int, queries: int, keys: int):
     finally:
         model.set_attn_implementation(before)
 
-
-def split_by_budget(lengths: list[int], vocab: int, budget: int = LOGIT_BUDGET) -> list[list[int]]:
-    """Consecutive index groups whose padded logits (rows x longest x vocab) stay under `budget`."""
-    groups: list[list[int]] = []
-    longest = 0
-    for i, length in enumerate(lengths):
-        longest = max(longest, length)
-        if groups and (len(groups[-1]) + 1) * longest * vocab <= budget:
-            groups[-1].append(i)
-        else:
-            groups.append([i])
-            longest = length
-    return groups

@@ -1,9 +1,10 @@
 """The torch engine: a Hugging Face causal LM with a PEFT LoRA adapter, trained with GRPO.
 
 Owns: checking the model folder (always a local folder: the app's resolver turns hub ids into folders),
-the tokenizer and its chat template, batched sampling (the decode loop itself is in torch_decode.py), the
-round's GRPO update of the LoRA parameters (AdamW over LoRA only; the loss itself is in grpo_loss.py), and
-the adapter + optimizer files.
+the tokenizer and its chat template, batched sampling (the decode loop itself is in backends/torch/decode.py),
+the tensor work of the round's GRPO update of the LoRA parameters (log-probs through a shared prompt pass,
+backward, AdamW over LoRA only; the loop over minibatches is backends/update.py's, the loss
+backends/torch/grpo_loss.py's), and the adapter + optimizer files.
 CUDA when present (bf16 where supported), else CPU with a fixed thread count.
 Must not import swarm_app, and must not import torch, transformers or peft at module level:
 `is_available` runs before the engine is chosen (importing all three costs ~4 s).
@@ -16,19 +17,17 @@ import gc
 import importlib.util
 import json
 import logging
-import math
 import pickle
 import warnings
 from pathlib import Path
 
-from backends.base import Backend, BackendError, Completion, Hardware, Messages, ModelSpec, Progress, Sampling
-from backends.base import TrainSample, TrainStats
-from backends.chat import IM_END, check_model_folder, encode_prompt, load_tokenizer, model_folder, stop_ids
-from backends.grpo_batch import Sequence, Step, encode_sample, group_by_prompt, minibatch_parts, shuffle_seed
-from backends.grpo_batch import summarize
+from backends.base import BackendError, Completion, Hardware, Messages, ModelSpec, Progress, Sampling
+from backends.chat import IM_END, check_model_folder, load_tokenizer, model_folder, stop_ids
+from backends.grpo_batch import Sequence
 from backends.memory_fit import check_fits, parameter_estimate
-from backends.torch.device import free_memory, pick_device, torch_cuda_build, torch_float32, where_of
 from backends.torch.batching import cache_kwarg, pad, prompt_cache, training_attention
+from backends.torch.device import free_memory, pick_device, torch_cuda_build, torch_float32, where_of
+from backends.update import GrpoEngine
 
 log = logging.getLogger(__name__)
 
@@ -63,31 +62,19 @@ def attach_lora(model, spec: ModelSpec):
     return wrapped
 
 
-class TorchBackend(Backend):
-    """One model + LoRA adapter + AdamW.
+class TorchBackend(GrpoEngine):
+    """One model + LoRA adapter + AdamW; the update's old-policy log-probs as backends/update.py describes.
 
-    Old-policy log-probs (the policy as the round starts): the samples of the round's first minibatch take
-    theirs from that minibatch's own forward pass, detached (no update has happened yet, so they are the
-    same numbers and the first step's ratio is exactly 1); the others get one no-grad pass in eval mode
-    before the first step. With dropout (lora.dropout > 0, or a dropout rate in the model), a train-mode
-    pass is one noisy draw, so every sample gets the eval-mode pass and the first step's ratio is not
-    exactly 1.
+    With dropout (lora.dropout > 0, or a dropout rate in the model), a train-mode pass is one noisy draw,
+    so every sample gets the eval-mode pass and the first step's ratio is not exactly 1.
     """
 
     name = "torch"
-    supports_cancel = True
 
     def __init__(self) -> None:
-        self._spec: ModelSpec | None = None
-        self._model = None
-        self._tok = None
-        self._optimizer = None
+        super().__init__()
         self._device = None
-        self._model_id = ""
-        self._stop_ids: list[int] = []
-        self._end_id = 0
         self._cache_kwarg = "cache"
-        self._reuses_first_pass = True
 
     @classmethod
     def is_available(cls, hw: Hardware) -> tuple[bool, str]:
@@ -124,7 +111,7 @@ class TorchBackend(Backend):
         base.generation_config = GenerationConfig(eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
         self._cache_kwarg = cache_kwarg(base)
         self._model = attach_lora(base, spec).to(device).eval()
-        self._reuses_first_pass = not has_dropout(self._model)
+        self.reuses_first_pass = not has_dropout(self._model)
         self._tok, self._spec, self._device = tok, spec, device
         self._end_id = tok.get_vocab().get(IM_END, tok.eos_token_id)
         self._stop_ids = stop_ids(tok, self._end_id, checkpoint_eos)
@@ -139,25 +126,12 @@ class TorchBackend(Backend):
         params = [p for p in self._model.parameters() if p.requires_grad]
         return torch.optim.AdamW(params, lr=optim.learning_rate, weight_decay=optim.weight_decay)
 
-    def _require_model(self):
-        if self._model is None:
-            raise BackendError("no model loaded: call load() first")
-        return self._model
-
-    @property
-    def model_id(self) -> str:
-        self._require_model()
-        return self._model_id
-
-    def _encode_prompt(self, messages: Messages) -> list[int]:
-        return encode_prompt(self._tok, messages, self._model_id)
-
     def generate(self, prompts: list[Messages], n: int, sampling: Sampling,
                  progress: Progress | None = None) -> list[list[Completion]]:
         import torch
 
         model = self._require_model()
-        rows = [ids for ids in map(self._encode_prompt, prompts) for _ in range(n)]
+        rows = [ids for ids in map(self.encode_prompt, prompts) for _ in range(n)]
         done: list[Completion] = []
         model.eval()
         chunks = range(0, len(rows), GENERATE_CHUNK)
@@ -182,21 +156,11 @@ class TorchBackend(Backend):
             yield
 
     def _generate_ids(self, rows: list[list[int]], sampling: Sampling, steps: "_StepReporter") -> list[list[int]]:
-        """New token ids per row, each up to and including its first stop token (see torch_decode.py)."""
+        """New token ids per row, each up to and including its first stop token (see backends/torch/decode.py)."""
         from backends.torch.decode import decode
 
         ids, mask = pad(rows, self._tok.pad_token_id, left=True, device=self._device)
         return decode(self._model, self._cache_kwarg, ids, mask, sampling, self._stop_ids, steps.step)
-
-    def _completion(self, new_tokens: list[int]) -> Completion:
-        """Text up to the first stop token; n_tokens counts the generated tokens including that stop token."""
-        stops = [i for i, t in enumerate(new_tokens) if t in self._stop_ids]
-        end = stops[0] if stops else len(new_tokens)
-        text = self._tok.decode(new_tokens[:end], skip_special_tokens=True)
-        return Completion(text=text, n_tokens=end + 1 if stops else end)
-
-    def _encode_sample(self, sample: TrainSample) -> Sequence:
-        return encode_sample(self._tok, sample.messages, sample.completion, self._end_id, self._model_id)
 
     def _token_logps(self, seqs: list[Sequence]):
         """Log-probs of every completion token of `seqs` (which share one prompt), flat, sample after sample.
@@ -229,8 +193,8 @@ class TorchBackend(Backend):
         n_completion = torch.tensor([s.n_completion for s in seqs], device=self._device).unsqueeze(1)
         return logp[torch.arange(logp.shape[1], device=self._device).unsqueeze(0) < n_completion]
 
-    def _groups(self, seqs: list[Sequence]) -> list[list[int]]:
-        return group_by_prompt(seqs, self._model.config.get_text_config().vocab_size)
+    def _vocab_size(self) -> int:
+        return self._model.config.get_text_config().vocab_size
 
     def _old_logps(self, seqs: list[Sequence]) -> list:
         """Per-sample log-probs under the policy as the round starts (computed once, no grad)."""
@@ -245,66 +209,42 @@ class TorchBackend(Backend):
                     out[i] = logp
         return out
 
-    def train_step(self, batch: list[TrainSample], progress: Progress | None = None) -> TrainStats:
-        self._require_model()
-        if self._optimizer is None:
-            raise BackendError("this model was loaded with trainable=False: load it again to train")
-        if all(s.advantage == 0.0 for s in batch):
-            return TrainStats(loss=0.0, tokens=0)
-        seqs = [self._encode_sample(s) for s in batch]
-        advantages = [s.advantage for s in batch]
-        parts = minibatch_parts(seqs, self._spec.optim, shuffle_seed(batch))
-        # A == 0 adds nothing to the loss or gradient: no forward pass, but its tokens count in the token mean.
-        reused = set(parts[0]) if self._reuses_first_pass else set()
-        pending = [i for i, a in enumerate(advantages) if a != 0.0 and i not in reused]
-        old = dict(zip(pending, self._old_logps([seqs[i] for i in pending])))
-        self._model.train()
-        steps = []
-        try:
-            for k, part in enumerate(parts, 1):
-                steps.append(self._minibatch_step(part, seqs, advantages, old))
-                if progress is not None:
-                    progress(k, len(parts))
-        finally:
-            self._model.eval()
-        return summarize(steps, tokens=sum(s.n_completion for s in seqs))
-
-    def _minibatch_step(self, part: list[int], seqs: list[Sequence], advantages: list[float], old: dict) -> Step:
-        """One optimizer step over the samples `part`; the token mean spans all of them, accumulated group by
-        group. `old` maps a sample to its old log-probs; one missing there (the round's first minibatch, see
-        the class docstring) takes this pass's own, detached, and keeps them in `old` for later epochs."""
+    def _group_gradients(self, seqs: list[Sequence], old: list, advantages: list[float], total: int):
+        """One pass and its backward: gradients accumulate in the LoRA parameters (see GrpoEngine)."""
         import torch
 
         from backends.torch.grpo_loss import grpo_loss
 
         optim = self._spec.optim
-        total = sum(seqs[i].n_completion for i in part)
-        keep = [i for i in part if advantages[i] != 0.0]
-        if not keep:
-            return Step(0.0, total, 0.0, 0.0, False)
-        self._optimizer.zero_grad(set_to_none=True)
-        loss_sum = clipped = 0.0
-        for group in self._groups([seqs[i] for i in keep]):
-            members = [keep[j] for j in group]
-            logp = self._token_logps([seqs[i] for i in members])
-            for i, own in zip(members, logp.detach().split([seqs[i].n_completion for i in members])):
-                old.setdefault(i, own)
-            old_logp = torch.cat([old[i] for i in members])
-            adv = torch.cat([torch.full((seqs[i].n_completion,), advantages[i]) for i in members]).to(logp.device)
-            loss, fraction = grpo_loss(logp, old_logp, adv, clip_low=optim.clip_low, clip_high=optim.clip_high,
-                                       num_tokens=total)
-            loss.backward()
-            loss_sum += loss.item()
-            clipped += fraction.item() * logp.numel()
-        params = [p for group in self._optimizer.param_groups for p in group["params"]]
-        norm = float(torch.nn.utils.clip_grad_norm_(params, optim.max_grad_norm))
-        finite = math.isfinite(norm)
-        if finite:
-            self._optimizer.step()
-        else:
-            log.warning("skipped an optimizer step: the gradient norm is %s", norm)
-        self._optimizer.zero_grad(set_to_none=True)
-        return Step(loss_sum, total, clipped, norm, finite)
+        logp = self._token_logps(seqs)
+        own = list(logp.detach().split([s.n_completion for s in seqs]))
+        old_logp = torch.cat([mine if theirs is None else theirs for theirs, mine in zip(old, own)])
+        adv = torch.cat([torch.full((s.n_completion,), a) for s, a in zip(seqs, advantages)]).to(logp.device)
+        loss, fraction = grpo_loss(logp, old_logp, adv, clip_low=optim.clip_low, clip_high=optim.clip_high,
+                                   num_tokens=total)
+        loss.backward()
+        return loss.item(), fraction.item() * logp.numel(), own, None
+
+    def _trainable(self) -> list:
+        return [p for group in self._optimizer.param_groups for p in group["params"]]
+
+    def _clip_gradients(self, grads, max_norm: float):
+        import torch
+
+        return grads, float(torch.nn.utils.clip_grad_norm_(self._trainable(), max_norm))
+
+    def _apply_gradients(self, grads) -> None:
+        self._optimizer.step()
+
+    def _zero_gradients(self) -> None:
+        if self._optimizer is not None:
+            self._optimizer.zero_grad(set_to_none=True)
+        else:  # loaded with trainable=False: loss_and_gradients still fills the parameters' .grad
+            self._model.zero_grad(set_to_none=True)
+
+    def _named_gradients(self, grads) -> dict:
+        return {name.replace(".default", ""): p.grad.detach().float().cpu().numpy().copy()
+                for name, p in self._model.named_parameters() if p.requires_grad and p.grad is not None}
 
     def save_adapter(self, folder: Path) -> None:
         import torch
@@ -369,10 +309,6 @@ class TorchBackend(Backend):
 
     def device(self) -> str:
         return str(self._device) if self._device is not None else "cpu"
-
-    def token_logprobs(self, batch: list[TrainSample]) -> list[list[float]]:
-        self._require_model()
-        return [logp.tolist() for logp in self._old_logps([self._encode_sample(s) for s in batch])]
 
     def memory(self) -> int:
         if self._model is None:

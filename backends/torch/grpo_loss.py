@@ -1,6 +1,6 @@
 """The GRPO policy loss on per-token log-probs: a pure torch function, no model, no optimizer.
 
-Exact variant (DESIGN.md §2 step 6; the same as swarm_app/training/grpo.py describes):
+Exact variant (the one swarm_app/training/grpo.py states):
 - per completion token t of sample i, with advantage A_i (group-normalized by the trainer) and the
   log-probs of the current policy (logp) and of the policy at the start of the round (old_logp):
       ratio_t = exp(logp_t - old_logp_t)

@@ -47,6 +47,16 @@ def test_reported_loss_equals_the_numpy_reference(engine):
     assert stats.clipped_fraction == pytest.approx(second.clipped_fraction / 2, abs=1e-6)
 
 
+def test_a_policy_that_does_not_move_keeps_every_ratio_at_one(engine):
+    # Learning rate 0: the second epoch's ratios, against the old log-probs the round kept (the first
+    # minibatch's own pass where the engine reuses it), are 1 only if each sample kept its own.
+    still = load_engine(engine, optim=OptimConfig(learning_rate=0.0, epochs=2, minibatches=1))
+    n = [len(row) for row in still.token_logprobs(BATCH)]
+    stats = still.train_step(BATCH)
+    assert stats.steps == 2 and stats.clipped_fraction == 0.0
+    assert stats.loss == pytest.approx(-sum(s.advantage * k for s, k in zip(BATCH, n)) / sum(n), abs=1e-6)
+
+
 def test_train_step_lowers_the_loss_on_a_fixed_batch(engine):
     backend = load_engine(engine, optim=OptimConfig(learning_rate=1e-3, epochs=1, minibatches=1))
     before = backend.token_logprobs(BATCH)

@@ -35,7 +35,7 @@ def engines(monkeypatch):
 
 
 def test_flags_are_read_from_the_class():
-    assert registry.capabilities("fake") == registry.Capabilities(True, "fake-json", FakeBackend.supports_cancel)
+    assert registry.capabilities("fake") == registry.Capabilities(True, "fake-json")
     assert registry.capabilities("torch").adapter_format == "peft"
     assert registry.capabilities("torch").training
 
@@ -72,7 +72,7 @@ def test_resume_needs_the_same_adapter_format():
 
 
 def test_every_flag_has_a_default_on_the_base_class():
-    assert (Backend.supports_training, Backend.adapter_format, Backend.supports_cancel) == (True, "peft", False)
+    assert (Backend.supports_training, Backend.adapter_format) == (True, "peft")
 
 
 def test_on_a_cpu_only_machine_auto_tries_llama_cpp_before_torch_and_never_fake():

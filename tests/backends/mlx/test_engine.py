@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from backends import adapter_convert
-from backends.base import BackendError, Cancelled, ModelSpec, OptimConfig, Sampling, TrainSample
+from backends.base import BackendError, Cancelled, LoraConfig, ModelSpec, OptimConfig, Sampling, TrainSample
 from backends.grpo_reference import grpo_loss_reference
 from tests.backends.conformance import BUNDLED, installed, load_engine
 
@@ -57,30 +57,6 @@ def max_diff(a: list[list[float]], b: list[list[float]]) -> float:
     return max(abs(x - y) for ra, rb in zip(a, b) for x, y in zip(ra, rb))
 
 
-def torch_gradients(engine, batch: list[TrainSample]) -> tuple[float, dict]:
-    """The torch engine's first-step loss and LoRA gradients over `batch` as one minibatch (PEFT names)."""
-    import torch
-
-    from backends.torch.grpo_loss import grpo_loss
-
-    seqs = [engine._encode_sample(s) for s in batch]
-    keep = [i for i, s in enumerate(batch) if s.advantage != 0.0]
-    old = dict(zip(keep, engine._old_logps([seqs[i] for i in keep])))
-    total = sum(s.n_completion for s in seqs)
-    engine._model.zero_grad()
-    loss_sum = 0.0
-    for group in engine._groups([seqs[i] for i in keep]):
-        members = [keep[j] for j in group]
-        logp = engine._token_logps([seqs[i] for i in members])
-        adv = torch.cat([torch.full((seqs[i].n_completion,), batch[i].advantage) for i in members])
-        loss, _ = grpo_loss(logp, torch.cat([old[i] for i in members]), adv, num_tokens=total)
-        loss.backward()
-        loss_sum += loss.item()
-    grads = {n.replace(".default", ""): p.grad.numpy().copy() for n, p in engine._model.named_parameters()
-             if p.requires_grad}
-    return loss_sum, grads
-
-
 def test_greedy_generation_equals_torch_token_for_token():
     mlx, torch = load_engine("mlx"), load_engine("torch")
     expected = torch.generate(QUESTIONS, 1, GREEDY)
@@ -120,13 +96,19 @@ def test_log_probs_loss_and_gradients_equal_torch_on_the_same_weights(torch_adap
     mlx.load_adapter(converted(torch_adapter, tmp_path))
     assert max_diff(mlx.token_logprobs(BATCH), torch.token_logprobs(BATCH)) < LOGP_TOL
     mlx_loss, mlx_grads = mlx.loss_and_gradients(BATCH)
-    torch_loss, torch_grads = torch_gradients(torch, BATCH)
+    torch_loss, torch_grads = torch.loss_and_gradients(BATCH)
     assert mlx_loss == pytest.approx(torch_loss, abs=1e-6)
     assert set(mlx_grads) == set(torch_grads)
     scale = max(np.abs(g).max() for g in torch_grads.values())
     assert scale > 1e-3  # a real gradient, not zeros
     worst = max(np.abs(mlx_grads[k] - torch_grads[k]).max() for k in torch_grads)
     assert worst < 1e-4 * scale
+
+
+def test_lora_dropout_turns_the_first_minibatch_reuse_off():
+    # A train-mode pass with dropout is one noisy draw, not the policy's log-probs (see backends/update.py).
+    assert load_engine("mlx").reuses_first_pass
+    assert not load_engine("mlx", lora=LoraConfig(dropout=0.3)).reuses_first_pass
 
 
 def test_a_torch_run_continues_in_mlx_after_conversion(torch_adapter, tmp_path):
@@ -150,8 +132,12 @@ def test_mlx_adapter_converted_to_peft_gives_torch_the_same_logits(tmp_path):
     torch = load_engine("torch", optim=ONE_STEP)
     torch.load_adapter(tmp_path / "peft")  # reads optimizer.pt too: the moments converted back
     assert max_diff(torch.token_logprobs(BATCH), mlx.token_logprobs(BATCH)) < LOGP_TOL
-    ids = torch._encode_sample(BATCH[1]).ids
-    assert logit_gap(mlx, torch, ids) < LOGP_TOL
+    assert logit_gap(mlx, torch, token_ids(torch, BATCH[1])) < LOGP_TOL
+
+
+def token_ids(engine, sample: TrainSample) -> list[int]:
+    """The sample's prompt and completion as one row of token ids."""
+    return engine.encode_prompt(sample.messages) + engine.tokenizer(sample.completion, add_special_tokens=False)["input_ids"]
 
 
 def logit_gap(mlx, torch_engine, ids: list[int]) -> float:
@@ -159,19 +145,20 @@ def logit_gap(mlx, torch_engine, ids: list[int]) -> float:
     import torch
 
     with torch.no_grad():
-        expected = torch_engine._model(input_ids=torch.tensor([ids])).logits.numpy()
-    return float(np.abs(np.array(mlx._model(mx.array([ids]))) - expected).max())
+        expected = torch_engine.model(input_ids=torch.tensor([ids])).logits.numpy()
+    return float(np.abs(np.array(mlx.model(mx.array([ids]))) - expected).max())
 
 
 def test_peft_to_mlx_and_back_is_exact_and_keeps_torch_parameter_order(torch_adapter, tmp_path):
     import torch
+    from safetensors.numpy import load_file
 
     adapter_convert.mlx_to_peft(converted(torch_adapter, tmp_path), tmp_path / "back")
-    original = adapter_convert._read_tensors(torch_adapter / adapter_convert.PEFT_WEIGHTS)
-    back = adapter_convert._read_tensors(tmp_path / "back" / adapter_convert.PEFT_WEIGHTS)
+    original = load_file(str(torch_adapter / adapter_convert.PEFT_WEIGHTS))
+    back = load_file(str(tmp_path / "back" / adapter_convert.PEFT_WEIGHTS))
     assert set(back) == set(original) and all(np.array_equal(back[k], original[k]) for k in original)
     engine = load_engine("torch")
-    names = [n.replace(".default", "") for n, p in engine._model.named_parameters() if p.requires_grad]
+    names = [n.replace(".default", "") for n, p in engine.model.named_parameters() if p.requires_grad]
     assert adapter_convert.torch_order(list(original)) == names
     first, again = (torch.load(f / "optimizer.pt", weights_only=True) for f in (torch_adapter, tmp_path / "back"))
     assert first["state"].keys() == again["state"].keys()
@@ -191,8 +178,7 @@ def test_rope_base_only_under_rope_parameters_still_loads_right(tmp_path):
     config["rope_parameters"]["rope_theta"] = 500.0  # not mlx-lm's default of 10000: ignoring it shows
     (folder / "config.json").write_text(json.dumps(config))
     mlx, torch = load_engine("mlx", model_dir=folder), load_engine("torch", model_dir=folder)
-    ids = torch._encode_sample(BATCH[0]).ids
-    assert logit_gap(mlx, torch, ids) < LOGP_TOL
+    assert logit_gap(mlx, torch, token_ids(torch, BATCH[0])) < LOGP_TOL
 
 
 def test_sampling_is_seeded_and_follows_top_p():

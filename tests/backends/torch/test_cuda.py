@@ -33,7 +33,7 @@ def test_generation_and_a_grpo_step_on_the_gpu():
     backend.load(ModelSpec(str(bundled_model_dir())))
     assert backend.device().startswith("cuda") and backend.memory() > 0
     expected = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32
-    assert next(backend._model.parameters()).dtype in (expected, torch.float32)  # LoRA weights may stay fp32
+    assert next(backend.model.parameters()).dtype in (expected, torch.float32)  # LoRA weights may stay fp32
     task = tasks.regenerate(tasks.draw(tasks.preset("easy"), 0, 1, 1)[0])
     outputs = backend.generate([task.messages()] * 2, 4, Sampling(max_new_tokens=24, seed=1))
     assert [len(group) for group in outputs] == [4, 4]

@@ -15,7 +15,7 @@ pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
 from backends.base import Cancelled, ModelSpec, Sampling  # noqa: E402
-from backends.torch.batching import pad  # noqa: E402
+from backends.torch.batching import cache_kwarg, pad  # noqa: E402
 from backends.torch.decode import PreallocatedLayer, decode, draw, new_cache, token_chooser  # noqa: E402
 from backends.torch.engine import GENERATE_CHUNK, TorchBackend  # noqa: E402
 from swarm_app.kernel import tasks  # noqa: E402
@@ -38,8 +38,14 @@ def questions(preset: str, count: int) -> list:
 
 
 def left_padded(engine, messages: list, n: int):
-    rows = [engine._encode_prompt(m) for m in messages for _ in range(n)]
-    return pad(rows, engine._tok.pad_token_id, left=True, device=engine._device)
+    rows = [engine.encode_prompt(m) for m in messages for _ in range(n)]
+    return pad(rows, engine.tokenizer.pad_token_id, left=True, device=engine.device())
+
+
+def cache_arg(engine) -> str:
+    """The forward() argument that takes the KV cache, read as the engine reads it: from the model under the
+    PEFT wrapper, whose own forward() names neither."""
+    return cache_kwarg(engine.model.get_base_model())
 
 
 def generate_reference(model, ids, mask, sampling: Sampling, stop_ids: list[int], pad_id: int) -> list[list[int]]:
@@ -64,26 +70,26 @@ def batch_sizes_seen(model) -> tuple[list[int], object]:
 def test_greedy_tokens_equal_generate(engine, preset, n):
     # n > 1: copies of each prompt share one prefill; n == 1: no row repeats, whole prompts in the first step.
     ids, mask = left_padded(engine, questions(preset, 8), n)
-    expected = generate_reference(engine._model, ids, mask, GREEDY, engine._stop_ids, engine._tok.pad_token_id)
+    expected = generate_reference(engine.model, ids, mask, GREEDY, engine.stop_ids, engine.tokenizer.pad_token_id)
     with torch.inference_mode():
-        got = decode(engine._model, engine._cache_kwarg, ids, mask, GREEDY, engine._stop_ids)
+        got = decode(engine.model, cache_arg(engine), ids, mask, GREEDY, engine.stop_ids)
     assert got == expected
     assert len({len(row) for row in got}) > 1  # rows stopped at different steps, so the batch shrank
 
 
 def test_rows_leave_the_batch_when_they_stop_and_keep_their_tokens(engine):
     ids, mask = left_padded(engine, questions("paper", 6), 2)
-    expected = generate_reference(engine._model, ids, mask, GREEDY, engine._stop_ids, engine._tok.pad_token_id)
-    sizes, hook = batch_sizes_seen(engine._model)
+    expected = generate_reference(engine.model, ids, mask, GREEDY, engine.stop_ids, engine.tokenizer.pad_token_id)
+    sizes, hook = batch_sizes_seen(engine.model)
     try:
         with torch.inference_mode():
-            got = decode(engine._model, engine._cache_kwarg, ids, mask, GREEDY, engine._stop_ids)
+            got = decode(engine.model, cache_arg(engine), ids, mask, GREEDY, engine.stop_ids)
     finally:
         hook.remove()
     assert got == expected
     # Each step over the rows still going, and only those; the prefill (one row per distinct prompt) skips
     # the LM head, so the first size the head sees is every row's first step.
-    stopped = [sum(1 for row in got if len(row) <= step and row[-1] in engine._stop_ids) for step in range(41)]
+    stopped = [sum(1 for row in got if len(row) <= step and row[-1] in engine.stop_ids) for step in range(41)]
     assert sizes == [len(got) - stopped[step - 1] for step in range(1, max(map(len, got)) + 1)]
     assert sizes[-1] < len(got)
 
@@ -95,7 +101,7 @@ def test_seeded_sampling_repeats_and_copies_of_a_prompt_differ(engine):
     for _ in range(2):
         torch.manual_seed(5)
         with torch.inference_mode():
-            runs.append(decode(engine._model, engine._cache_kwarg, ids, mask, sampling, []))
+            runs.append(decode(engine.model, cache_arg(engine), ids, mask, sampling, []))
     assert runs[0] == runs[1]
     assert len({tuple(row) for row in runs[0][:3]}) > 1  # copies of one prompt drew different tokens
 
@@ -114,21 +120,21 @@ def test_top_p_this_small_is_greedy(engine):
     ids, mask = left_padded(engine, questions("easy", 4), 2)
     narrow = Sampling(max_new_tokens=16, temperature=1.0, top_p=1e-6)
     with torch.inference_mode():
-        greedy = decode(engine._model, engine._cache_kwarg, ids, mask, GREEDY, engine._stop_ids)
-        assert decode(engine._model, engine._cache_kwarg, ids, mask, narrow, engine._stop_ids) == \
+        greedy = decode(engine.model, cache_arg(engine), ids, mask, GREEDY, engine.stop_ids)
+        assert decode(engine.model, cache_arg(engine), ids, mask, narrow, engine.stop_ids) == \
             [row[:16] for row in greedy]
 
 
 def test_completions_count_their_stop_token(engine):
     ids, mask = left_padded(engine, questions("easy", 4), 1)
     with torch.inference_mode():
-        rows = decode(engine._model, engine._cache_kwarg, ids, mask, Sampling(max_new_tokens=5, temperature=0.0),
-                      engine._stop_ids)
+        rows = decode(engine.model, cache_arg(engine), ids, mask, Sampling(max_new_tokens=5, temperature=0.0),
+                      engine.stop_ids)
     completions = engine.generate(questions("easy", 4), 1, Sampling(max_new_tokens=5, temperature=0.0))
     for row, (completion,) in zip(rows, completions):
-        stopped = row[-1] in engine._stop_ids
+        stopped = row[-1] in engine.stop_ids
         assert completion.n_tokens == len(row) <= 5
-        assert completion.text == engine._tok.decode(row[:-1] if stopped else row, skip_special_tokens=True)
+        assert completion.text == engine.tokenizer.decode(row[:-1] if stopped else row, skip_special_tokens=True)
 
 
 def test_progress_reports_decode_steps_over_all_chunks_and_can_cancel(engine):

@@ -16,8 +16,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
-from backends.base import BackendError, Hardware, LoraConfig, ModelSpec, OptimConfig, Sampling  # noqa: E402
-from backends.base import TrainSample  # noqa: E402
+from backends.base import BackendError, Hardware, LoraConfig, ModelSpec, OptimConfig, Sampling, TrainSample  # noqa: E402
+from backends.chat import IM_END  # noqa: E402
 from backends.torch.batching import pad  # noqa: E402
 from backends.torch.decode import shared_prompt_rows  # noqa: E402
 from backends.torch.engine import TorchBackend  # noqa: E402
@@ -46,19 +46,26 @@ def backend(tiny_model_dir):
 
 def completion_logps(backend: TorchBackend, samples: list[TrainSample]) -> list[float]:
     """Summed log-prob of each sample's completion (+ end token) under the current policy."""
-    return [float(x.sum()) for x in backend._old_logps([backend._encode_sample(s) for s in samples])]
+    return [sum(row) for row in backend.token_logprobs(samples)]
 
 
-def full_forward_logps(backend: TorchBackend, seq) -> torch.Tensor:
-    """The completion's token log-probs from one plain forward pass over prompt + completion."""
-    ids = torch.tensor([seq.ids])
-    logits = backend._model(input_ids=ids).logits[0, :-1].float()
+def completion_tokens(backend: TorchBackend, samples: list[TrainSample]) -> list[int]:
+    """Tokens of each sample's completion, its end token included (what the token mean counts)."""
+    return [len(row) for row in backend.token_logprobs(samples)]
+
+
+def full_forward_logps(backend: TorchBackend, sample: TrainSample) -> torch.Tensor:
+    """The completion's token log-probs (+ end token) from one plain forward pass over prompt + completion."""
+    prompt = backend.encode_prompt(sample.messages)
+    completion = backend.tokenizer(sample.completion, add_special_tokens=False)["input_ids"]
+    ids = torch.tensor([prompt + completion + [backend.tokenizer.convert_tokens_to_ids(IM_END)]])
+    logits = backend.model(input_ids=ids).logits[0, :-1].float()
     logp = torch.log_softmax(logits, dim=-1).gather(-1, ids[0, 1:, None]).squeeze(-1)
-    return logp[seq.prompt_len - 1 :]
+    return logp[len(prompt) - 1 :]
 
 
 def lora_and_base_params(backend: TorchBackend) -> tuple[dict, dict]:
-    params = {name: p.detach().clone() for name, p in backend._model.named_parameters()}
+    params = {name: p.detach().clone() for name, p in backend.model.named_parameters()}
     lora = {k: v for k, v in params.items() if "lora_" in k}
     return lora, {k: v for k, v in params.items() if "lora_" not in k}
 
@@ -86,7 +93,7 @@ def test_is_available_and_model_id(backend, tiny_model_dir):
     ok, why = TorchBackend.is_available(Hardware())
     assert ok and "CPU" in why
     assert backend.model_id == Path(tiny_model_dir).name
-    n_params = sum(p.numel() for p in backend._model.parameters())
+    n_params = sum(p.numel() for p in backend.model.parameters())
     assert backend.memory() > 4 * n_params  # fp32 weights plus the AdamW moments of the LoRA parameters
 
 
@@ -126,7 +133,7 @@ def _step_logits(backend: TorchBackend, prompts: list, row: int, n: int = 1) -> 
         if out.shape[0] == rows:
             seen.append(out[row, -1].detach().clone())
 
-    head = backend._model.get_output_embeddings()
+    head = backend.model.get_output_embeddings()
     handle = head.register_forward_hook(keep)
     try:
         backend.generate(prompts, n, GREEDY)
@@ -136,7 +143,7 @@ def _step_logits(backend: TorchBackend, prompts: list, row: int, n: int = 1) -> 
 
 
 def test_left_padding_does_not_change_a_prompts_logits(backend):
-    assert len(backend._encode_prompt(LONG)) > len(backend._encode_prompt(SHORT)) + 10
+    assert len(backend.encode_prompt(LONG)) > len(backend.encode_prompt(SHORT)) + 10
     alone = _step_logits(backend, [SHORT], row=0)
     padded = _step_logits(backend, [LONG, SHORT], row=1)
     steps = min(len(alone), len(padded))
@@ -146,7 +153,7 @@ def test_left_padding_does_not_change_a_prompts_logits(backend):
 
 
 def test_a_shared_prompt_prefill_does_not_change_the_logits(backend):
-    ids, mask = pad([backend._encode_prompt(p) for p in (SHORT, SHORT, LONG)], 0, left=True, device="cpu")
+    ids, mask = pad([backend.encode_prompt(p) for p in (SHORT, SHORT, LONG)], 0, left=True, device="cpu")
     assert shared_prompt_rows(ids) == [0, 2]  # copies of a prompt do share a prefill
     alone = _step_logits(backend, [SHORT, LONG], row=1)  # one row per prompt: nothing shared
     shared = _step_logits(backend, [SHORT, LONG], row=3, n=3)  # rows S S S L L L: the first copy of LONG
@@ -166,18 +173,21 @@ def test_shared_prompt_pass_gives_the_log_probs_and_gradients_of_full_passes(tin
     backend = make_backend(tiny_model_dir, optim=OptimConfig(learning_rate=1e-2, minibatches=1))
     backend.train_step(PAIR)  # LoRA B starts at zero: one step so that gradients reach A and B
     completions = ("16", "<answer>16</answer>", "It is sixteen, since 1011 is eleven.")
-    seqs = [backend._encode_sample(TrainSample(messages=LONG, completion=c, advantage=1.0)) for c in completions]
-    params = [p for p in backend._model.parameters() if p.requires_grad]
-    shared = backend._token_logps(seqs)
-    full = torch.cat([full_forward_logps(backend, s) for s in seqs])
-    assert shared.shape == full.shape == (sum(s.n_completion for s in seqs),)
+    batch = [TrainSample(messages=LONG, completion=c, advantage=1.0) for c in completions]
+    shared = torch.tensor([x for row in backend.token_logprobs(batch) for x in row])
+    full = torch.cat([full_forward_logps(backend, s) for s in batch]).detach()
+    assert shared.shape == full.shape
     assert torch.allclose(shared, full, atol=1e-5)
-    shared_grads = torch.autograd.grad(shared.sum(), params)
-    full_grads = torch.autograd.grad(full.sum(), params)
-    assert any(g.abs().max() > 1e-4 for g in full_grads)
-    for a, b in zip(shared_grads, full_grads):
+    # At ratio 1 with every A = 1, the loss is -sum(log-probs) / tokens: its gradient is the log-probs' one, scaled.
+    _, shared_grads = backend.loss_and_gradients(batch)
+    params = {name.replace(".default", ""): p for name, p in backend.model.named_parameters() if p.requires_grad}
+    full_sum = torch.cat([full_forward_logps(backend, s) for s in batch]).sum()
+    full_grads = dict(zip(params, torch.autograd.grad(full_sum, list(params.values()))))
+    assert set(shared_grads) == set(full_grads)
+    assert any(g.abs().max() > 1e-4 for g in full_grads.values())
+    for name, g in full_grads.items():
         # atol: float noise of a different summation order, next to entries up to ~3 in size.
-        assert torch.allclose(a, b, rtol=1e-4, atol=1e-5)
+        assert torch.allclose(torch.from_numpy(shared_grads[name]) * -len(full), g, rtol=1e-4, atol=1e-5)
 
 
 def test_log_probs_refuse_sequences_with_different_prompts(backend):
@@ -196,8 +206,7 @@ def test_train_step_changes_only_lora_parameters(tiny_model_dir):
     lora_after, base_after = lora_and_base_params(backend)
     assert all(torch.equal(base_before[k], base_after[k]) for k in base_before)
     assert any(not torch.equal(lora_before[k], lora_after[k]) for k in lora_before if "lora_B" in k)
-    seqs = [backend._encode_sample(s) for s in PAIR]
-    assert stats.tokens == sum(s.n_completion for s in seqs)
+    assert stats.tokens == sum(completion_tokens(backend, PAIR))
     assert stats.steps == 2  # one epoch, two minibatches of one sample
     assert stats.grad_norm > 0
 
@@ -225,7 +234,7 @@ def test_first_step_loss_is_the_token_mean_over_all_completion_tokens(tiny_model
     # zero-advantage samples add tokens to the divisor but nothing to the sum.
     backend = make_backend(tiny_model_dir, optim=OptimConfig(epochs=1, minibatches=1))
     batch = [*PAIR, TrainSample(messages=LONG, completion="Nothing to learn here at all.", advantage=0.0)]
-    n = [backend._encode_sample(s).n_completion for s in batch]
+    n = completion_tokens(backend, batch)
     stats = backend.train_step(batch)
     assert stats.tokens == sum(n)
     assert stats.loss == pytest.approx(-(1.0 * n[0] - 1.0 * n[1]) / sum(n), rel=1e-5)

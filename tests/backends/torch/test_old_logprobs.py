@@ -1,5 +1,7 @@
 """The torch engine's old-policy log-probs on the bundled model (one thread): the round's first minibatch
 reuses its own forward pass for them (detached) instead of a second no-grad pass, except with dropout.
+The bookkeeping itself (which samples get which pass) is backends/update.py's: tests/backends/test_update.py;
+that the kept log-probs are each sample's own: test_conformance.py, on every engine.
 """
 
 from __future__ import annotations
@@ -36,30 +38,18 @@ def load(model_dir=BUNDLED, **spec_fields) -> TorchBackend:
     return backend
 
 
-def lora_weights(backend: TorchBackend) -> dict:
-    return {k: p.detach().clone() for k, p in backend._model.named_parameters() if "lora_" in k}
-
-
-def test_the_first_minibatch_stores_its_own_log_probs_as_the_old_ones():
-    backend = load()
-    seqs = [backend._encode_sample(s) for s in BATCH]
-    separate = backend._old_logps(seqs)
-    advantages = [s.advantage for s in BATCH]
-    old: dict = {}
-    backend._model.train()
-    backend._minibatch_step(list(range(len(BATCH))), seqs, advantages, old)
-    assert sorted(old) == [i for i, a in enumerate(advantages) if a != 0.0]  # A == 0: no pass, nothing kept
-    for i, logp in old.items():
-        assert not logp.requires_grad
-        assert torch.allclose(logp, separate[i], atol=1e-6)
+def ratio_one_loss(backend: TorchBackend) -> float:
+    """The loss when every ratio is 1: -sum(A_i * n_i) / sum(n_i) over the completion token counts n_i."""
+    n = [len(row) for row in backend.token_logprobs(BATCH)]
+    return -sum(s.advantage * k for s, k in zip(BATCH, n)) / sum(n)
 
 
 @pytest.mark.parametrize("optim", [OptimConfig(learning_rate=1e-3, epochs=2, minibatches=2),
                                    OptimConfig(learning_rate=0.05, epochs=1, minibatches=1)])
 def test_reusing_the_first_pass_trains_as_separate_old_log_probs_do(optim):
     reusing, separate = load(optim=optim), load(optim=optim)
-    separate._reuses_first_pass = False
-    assert reusing._reuses_first_pass
+    separate.reuses_first_pass = False
+    assert reusing.reuses_first_pass
     ours, theirs = reusing.train_step(BATCH), separate.train_step(BATCH)
     assert ours.steps == theirs.steps == optim.epochs * optim.minibatches
     assert ours.loss == pytest.approx(theirs.loss, abs=1e-6)
@@ -80,7 +70,7 @@ def test_the_first_minibatch_is_not_computed_twice():
 
     def count_passes(backend: TorchBackend) -> int:
         passes.clear()
-        hook = backend._model.get_decoder().register_forward_hook(lambda m, a, out: passes.append(1))
+        hook = backend.model.get_decoder().register_forward_hook(lambda m, a, out: passes.append(1))
         try:
             backend.train_step(BATCH)
         finally:
@@ -89,7 +79,7 @@ def test_the_first_minibatch_is_not_computed_twice():
 
     one_step = OptimConfig(epochs=1, minibatches=1)
     reusing, separate = load(optim=one_step), load(optim=one_step)
-    separate._reuses_first_pass = False
+    separate.reuses_first_pass = False
     # Two prompts, each a prefill pass and a completions pass: once with reuse, twice without.
     assert (count_passes(reusing), count_passes(separate)) == (4, 8)
 
@@ -97,12 +87,10 @@ def test_the_first_minibatch_is_not_computed_twice():
 def test_with_lora_dropout_old_log_probs_come_from_eval_mode():
     one_step = OptimConfig(learning_rate=0.05, epochs=1, minibatches=1)
     noisy, plain = load(lora=LoraConfig(dropout=0.3), optim=one_step), load(optim=one_step)
-    assert not noisy._reuses_first_pass and plain._reuses_first_pass
+    assert not noisy.reuses_first_pass and plain.reuses_first_pass
     for backend in (noisy, plain):
         backend.train_step(BATCH)  # LoRA B starts at zero, where dropout on its input changes nothing
-    seqs = [backend._encode_sample(s) for s in BATCH]
-    n = [s.n_completion for s in seqs]
-    ratio_one = -sum(s.advantage * k for s, k in zip(BATCH, n)) / sum(n)  # the loss when every ratio is 1
+    ratio_one = ratio_one_loss(plain)
     torch.manual_seed(3)
     assert plain.train_step(BATCH).loss == pytest.approx(ratio_one, abs=1e-6)
     # A train-mode pass with dropout is one noisy draw: against eval-mode old log-probs the ratio is not 1.
@@ -114,4 +102,4 @@ def test_a_dropout_rate_in_the_model_config_turns_reuse_off(tmp_path):
     shutil.copytree(BUNDLED, folder)
     config = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps({**config, "attention_dropout": 0.1}))
-    assert not load(folder)._reuses_first_pass
+    assert not load(folder).reuses_first_pass

@@ -44,14 +44,15 @@ def test_auto_holds_a_large_model_in_bf16_only_on_a_cpu_with_native_bf16():
 
 def test_the_bundled_model_stays_fp32_by_default():
     backend = load("auto")
-    assert {p.dtype for p in backend._model.parameters()} == {torch.float32}
+    assert {p.dtype for p in backend.model.parameters()} == {torch.float32}
 
 
 def test_a_bf16_model_keeps_an_fp32_adapter_and_generates_reproducibly():
     backend = load("bf16")
-    dtypes = {name: p.dtype for name, p in backend._model.named_parameters()}
+    dtypes = {name: p.dtype for name, p in backend.model.named_parameters()}
     assert {d for name, d in dtypes.items() if "lora_" in name} == {torch.float32}
-    assert {d for name, d in dtypes.items() if "lora_" not in name and name.endswith("proj.base_layer.weight")} == {torch.bfloat16}
+    base_weights = {d for name, d in dtypes.items() if "lora_" not in name and name.endswith("proj.base_layer.weight")}
+    assert base_weights == {torch.bfloat16}
     sampling = Sampling(max_new_tokens=10, temperature=1.0, seed=3)
     first = backend.generate([QUESTION], 4, sampling)
     assert backend.generate([QUESTION], 4, sampling) == first
