@@ -18,7 +18,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from swarm_app.kernel.gate import RESERVED_DESCRIPTORS, descriptor_budget
+from swarm_app.kernel.gate import RESERVED_DESCRIPTORS, WATCH_CONNECTIONS, descriptor_budget
 from swarm_app.peer.core.addressbook import parse_address
 from swarm_app.peer.core.identity import Identity
 from swarm_app.peer.core.messages import ClientHandshake, decode_frame, encode
@@ -87,8 +87,8 @@ async def honest_exchange(address: str) -> None:
 
 
 def test_the_total_cap_follows_the_descriptor_limit():
-    assert descriptor_budget(256) == (256 - RESERVED_DESCRIPTORS) // 2 == 64
-    assert descriptor_budget(1024) == 448 and descriptor_budget(100) == 16
+    assert descriptor_budget(256) == (256 - RESERVED_DESCRIPTORS - WATCH_CONNECTIONS) // 2 == 48
+    assert descriptor_budget(1024) == 432 and descriptor_budget(100) == 16
     assert descriptor_budget(None) == 256  # Windows, or no limit
 
 
