@@ -30,3 +30,7 @@ class CheckpointError(SwarmError):
     """A checkpoint that exists but cannot be loaded. Never overwritten silently."""
 
     exit_code = 2
+
+
+class RunFolderBusy(UsageError):
+    """Another node holds the run folder's lock (kernel/runlock.py): one node per run folder."""

@@ -35,6 +35,7 @@ from swarm_app.kernel.events import (
 )
 from swarm_app.kernel.files import check_writable_folder
 from swarm_app.kernel.rollouts import RolloutExchange
+from swarm_app.kernel.runlock import RunLock
 from swarm_app.kernel.settings import Settings
 from swarm_app.session.bus import EventBus, LogForwarder
 from swarm_app.session.engine import OpenedEngine, open_engine, prepare_model
@@ -106,6 +107,8 @@ class Session:
         self.metrics_rows = 0
         self.last_checkpoint = ""
         self.paused = False
+        self._lock: RunLock | None = None
+        """The run folder's lock, from open() to the end of run(): one node per run folder."""
         self._stopping = False
         self._stop_event: asyncio.Event | None = None
         self._wake: asyncio.Event | None = None
@@ -172,13 +175,18 @@ class Session:
         check_writable_folder(self.run_dir, "--run-dir")
         started = check_run_matches(self.run_dir, model_dir, self.settings.tasks.preset, self.fresh)
         self.seed = run_seed(self.settings, started)
+        # One node per run folder: where a node may run already (the folder exists), say so before the
+        # port check (which would warn of the other node's port); a new folder is made only once the
+        # listen address is good too, so that bad input writes nothing.
+        self._lock = RunLock.acquire(self.run_dir) if self.run_dir.is_dir() else None
         if self.peer_config is not None:
             self.peer_config = usable_listen(self.peer_config, self.settings)
+        self._lock = self._lock or RunLock.acquire(self.run_dir)
         if self._already_finished():
             return
         backend = self._load_backend()
-        if self.fresh:
-            move_old_run_aside(self.run_dir)
+        if self.fresh and move_old_run_aside(self.run_dir):
+            self._relock()
         if self.checkpoints.exists():
             self._resume(backend)
         else:
@@ -187,6 +195,15 @@ class Session:
         if self.exchange is None and self.peer_config is not None:
             self.exchange = self._peer_node()
         self.trainer = Trainer(backend, self._plan(specs), self.exchange, self.events.publish_threadsafe)
+
+    def _relock(self) -> None:
+        """After --fresh moved the old run (and its lock file) aside: lock the new folder, then let go of the old."""
+        old, self._lock = self._lock, RunLock.acquire(self.run_dir)
+        old.release()
+
+    def _release_lock(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
 
     def _already_finished(self) -> bool:
         """True when the run already did all its rounds: then nothing is loaded and run() only says so."""
@@ -261,6 +278,7 @@ class Session:
             return await self._run_rounds()
         finally:
             logging.getLogger().removeHandler(forwarder)
+            self._release_lock()  # the run folder is no longer written: another node may take it
 
     async def _open_unless_stopped(self) -> bool:
         """open() on a daemon thread, abandoned when a stop comes first (loading can take a minute and
@@ -436,6 +454,7 @@ class Session:
         return await asyncio.get_running_loop().run_in_executor(self._engine_thread, call, *args)
 
     def close(self) -> None:
+        self._release_lock()
         if self.trainer is not None:
             self.trainer.backend.close()
         self._engine_thread.shutdown(wait=False)

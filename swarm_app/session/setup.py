@@ -22,6 +22,7 @@ from swarm_app.kernel import tasks
 from swarm_app.kernel.errors import CheckpointError, SwarmError, UsageError
 from swarm_app.kernel.files import write_text_atomic
 from swarm_app.kernel.paths import user_dirs
+from swarm_app.kernel.runlock import LOCK_FILE
 from swarm_app.kernel.settings import PeerSettings, Settings, describe
 from swarm_app.training.checkpoint import read_state
 
@@ -137,11 +138,14 @@ def check_run_matches(run_dir: Path, model_dir: Path, preset: str, fresh: bool) 
     return started
 
 
-def move_old_run_aside(run_dir: Path) -> None:
-    if run_dir.exists() and any(run_dir.iterdir()):
-        aside = run_dir.with_name(f"{run_dir.name}.old-{time.strftime('%Y%m%d-%H%M%S')}")
-        run_dir.rename(aside)
-        log.info("moved the previous run to %s", aside)
+def move_old_run_aside(run_dir: Path) -> bool:
+    """`--fresh`: rename a run folder that holds a run (more than its lock file); True when it moved."""
+    if not run_dir.exists() or not any(p.name != LOCK_FILE for p in run_dir.iterdir()):
+        return False
+    aside = run_dir.with_name(f"{run_dir.name}.old-{time.strftime('%Y%m%d-%H%M%S')}")
+    run_dir.rename(aside)
+    log.info("moved the previous run to %s", aside)
+    return True
 
 
 def write_run_file(run_dir: Path, model_dir: Path, settings: Settings, seed: int, backend: str) -> None:

@@ -1,10 +1,12 @@
 """`metrics.jsonl`: one JSON object per completed round, appended and fsynced.
 
 On resume the file is cut back to the rounds the checkpoint accounts for (rows of later rounds are
-the torn tail of a crash: those rounds run again and write their rows again), so every round appears
-exactly once however the previous process ended. Nothing else is ever removed: a line that is not a
-metrics row (a torn write, something a person appended) is moved to `metrics.rejected.jsonl` beside
-it, with a warning, and the rows after it are kept.
+the torn tail of a crash: those rounds run again and write their rows again), and rows are keyed by
+round: where one round has several (two processes once wrote to one folder; the run folder's lock now
+prevents it) the last written is kept, so every round appears exactly once however the previous
+process ended. Nothing else is ever removed: a line that is not a metrics row (a torn write, something
+a person appended) is moved to `metrics.rejected.jsonl` beside it, with a warning, and the rows after
+it are kept.
 """
 
 from __future__ import annotations
@@ -35,9 +37,10 @@ class MetricsLog:
         return self._read()[0]
 
     def keep_rounds(self, last_round: int) -> None:
-        """Keep the rows of rounds 1..last_round; set lines that are not rows aside (never drop them)."""
+        """Keep the rows of rounds 1..last_round, one per round; set lines that are not rows aside (never
+        drop them)."""
         rows, bad = self._read()
-        kept = [row for row in rows if row["round"] <= last_round]
+        kept = one_per_key([row for row in rows if row["round"] <= last_round])
         if bad:
             self._set_aside(bad)
         if bad or len(kept) != len(rows) or self._has_torn_tail():
@@ -84,3 +87,18 @@ def _parse_row(line: str) -> dict[str, Any] | None:
     if not isinstance(row, dict) or type(row.get("round")) is not int:
         return None
     return row
+
+
+def row_key(row: dict[str, Any]) -> tuple:
+    """What makes a row unique: its round."""
+    return (row["round"],)
+
+
+def one_per_key(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The last row written for each key, in the order of those last rows."""
+    last: dict[tuple, dict[str, Any]] = {}
+    for row in rows:
+        key = row_key(row)
+        last.pop(key, None)
+        last[key] = row
+    return list(last.values())

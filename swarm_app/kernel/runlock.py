@@ -1,0 +1,92 @@
+"""One node per run folder: an OS file lock on `<run folder>/node.lock`, held while a node uses it.
+
+The operating system drops the lock when the process ends, however it ends (`kill -9`, a crash, a power
+cut), so a stale lock never needs cleaning up, and nothing here guesses from pids whether a holder
+lives. The file also holds the holder's pid, for the message a second node gets. Both branches sit
+side by side in `_try_lock`: flock(2) on the whole file on POSIX; on Windows msvcrt.locking on one
+byte far past the pid (a locked byte cannot be read by others there, the pid must stay readable).
+Must not: wait for a lock, or delete the lock file (a third process could then lock a new file while
+the holder still runs in the folder).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import IO
+
+from swarm_app.kernel.errors import RunFolderBusy, UsageError
+
+LOCK_FILE = "node.lock"
+WINDOWS_LOCKED_BYTE = 1 << 20
+"""The byte Windows locks: past any pid written at the start of the file (Windows allows locking past EOF)."""
+
+
+class RunLock:
+    """The lock on one run folder; `release()` (or the end of the process) gives it up."""
+
+    def __init__(self, path: Path, handle: IO[str]) -> None:
+        self.path = path
+        self._handle: IO[str] | None = handle
+
+    @classmethod
+    def acquire(cls, folder: Path) -> RunLock:
+        """Lock `folder` (created if missing) for this process, or raise RunFolderBusy naming the holder."""
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / LOCK_FILE
+        handle = open(path, "a+", encoding="ascii")  # never truncated before the lock is ours
+        try:
+            locked = _try_lock(handle)
+        except OSError as exc:  # a file system without locks (some network mounts)
+            handle.close()
+            raise UsageError(f"cannot lock {path} ({exc.strerror or exc}); choose a --run-dir on a local disk") from None
+        if not locked:
+            holder = _read_pid(handle)
+            handle.close()
+            who = f"pid {holder}" if holder else "another process"
+            raise RunFolderBusy(f"the run folder {folder} is in use by a swarm node ({who}); look in on it with "
+                                f"`swarm watch --run-dir {folder}`, stop it first, or choose another --run-dir",
+                                title="Run folder in use")
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+        return cls(path, handle)
+
+    def release(self) -> None:
+        """Give the lock up (closing the file does, on both systems); calling it twice is harmless."""
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
+
+    @property
+    def held(self) -> bool:
+        return self._handle is not None
+
+
+def _try_lock(handle: IO[str]) -> bool:
+    """Take the lock without waiting: True when it is ours now."""
+    if os.name == "nt":
+        import msvcrt
+
+        handle.seek(WINDOWS_LOCKED_BYTE)
+        try:
+            msvcrt.locking(handle.fileno(), msvcrt.LK_NBLCK, 1)
+        except OSError:
+            return False
+        finally:
+            handle.seek(0)
+        return True
+    import fcntl
+
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:  # another open file holds it
+        return False
+    return True
+
+
+def _read_pid(handle: IO[str]) -> int | None:
+    handle.seek(0)
+    text = handle.read(32).strip()
+    return int(text) if text.isdigit() else None
