@@ -4,11 +4,14 @@
 (endpoint.py) and yields its events; the command (swarm_app/commands/watch.py) shows them in the TUI
 or as headless lines. It can only receive: nothing here calls the node. Problems before the stream
 opens (no node, a stale watch.json, a refused token) are one-line UsageErrors (exit 2); a message a
-newer node sends that this version cannot read is skipped.
+newer node sends that this version cannot read is skipped. A connection the node drops before answering
+(its watch port evicts the oldest connection that has not shown the token when a flood fills it:
+swarm_app/kernel/gate.py) is tried again a few times; nothing listening is an error at once.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from pathlib import Path
@@ -26,6 +29,9 @@ MAX_MSG_BYTES = 16 * 1024 * 1024
 """A PeersUpdated of a large swarm is the biggest message (~200 bytes a peer); the replay is many
 small messages, not one."""
 CONNECT_TIMEOUT_S = 5.0
+RETRY_DELAYS_S = (0.1, 0.25, 0.5, 1.0, 2.0)
+"""Waits before the attempts after a dropped one: six attempts in ~4 s, for a node whose watch port is
+flooded (each attempt there loses a race only if a few dozen connections arrive before our request)."""
 HEARTBEAT_S = 20.0
 
 
@@ -45,8 +51,16 @@ class NodeStream:
         timeout = aiohttp.ClientTimeout(total=None, connect=CONNECT_TIMEOUT_S, sock_connect=CONNECT_TIMEOUT_S)
         self._session = aiohttp.ClientSession(timeout=timeout)
         try:
-            self._ws = await self._session.ws_connect(info.url, headers={"Authorization": f"Bearer {info.token}"},
-                                                      heartbeat=HEARTBEAT_S, max_msg_size=MAX_MSG_BYTES)
+            for delay in (*RETRY_DELAYS_S, None):
+                try:
+                    self._ws = await self._session.ws_connect(info.url, headers={"Authorization": f"Bearer {info.token}"},
+                                                              heartbeat=HEARTBEAT_S, max_msg_size=MAX_MSG_BYTES)
+                    break
+                except (aiohttp.ClientError, OSError) as exc:
+                    if delay is None or not dropped(exc):
+                        raise
+                    log.debug("the node dropped the connection before answering (%s); again in %.2f s", exc, delay)
+                    await asyncio.sleep(delay)
         except BaseException as exc:
             await self._session.close()
             if isinstance(exc, (aiohttp.ClientError, OSError, TimeoutError)):
@@ -91,6 +105,13 @@ class NodeStream:
                               "try again later")
         return UsageError(f"no node answers on 127.0.0.1:{info.port}: {path} is stale (node process "
                           f"{info.pid} is gone?); start one with swarm run")
+
+
+def dropped(exc: BaseException) -> bool:
+    """The connection was made and then closed or reset before the answer; not "nothing listens here"."""
+    if isinstance(exc, aiohttp.ClientConnectorError):  # refused, unreachable: no node on that port
+        return False
+    return isinstance(exc, (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError, ConnectionError))
 
 
 def decode(text: str) -> Event | None:

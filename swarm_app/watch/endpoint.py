@@ -8,6 +8,13 @@ can call the session. Training never waits on a watcher: `broadcast` only append
 bounded queue; a writer task per watcher sends with a timeout. A watcher that falls behind loses the
 oldest progress (replaceable) events first; one that would lose a fact is disconnected instead, so
 what a watcher shows is never silently wrong.
+
+The port has the peer port's door (swarm_app/kernel/gate.py): a 2 s header timeout, at most 24
+connections per client address and 32 in all (that cap is counted in the process's descriptor budget),
+and when it is full a new connection evicts the oldest one that has not sent the token: a local
+process opening slow connections by the thousand can neither run the node out of descriptors nor keep
+`swarm watch`, which sends its request with the token at once, out. This module must not open any
+other port, and nothing a watcher sends may reach the session.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ import asyncio
 import hmac
 import logging
 import os
+import re
 import secrets
 from collections import deque
 from pathlib import Path
@@ -23,6 +31,7 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
+from swarm_app.kernel.gate import WATCH_CONNECTIONS, ConnectionGate, GatedSite, gated_runner
 from swarm_app.watch.file import WatchInfo, remove_watch_file, write_watch_file
 from swarm_app.watch.history import EventHistory
 
@@ -36,12 +45,18 @@ MAX_INCOMING_MSG = 4096
 QUEUE_LIMIT = 1000
 """Live messages queued per watcher beyond the replay (a few minutes of fast fake-engine rounds)."""
 MAX_WATCHERS = 16
+PER_ADDRESS = 24
+"""Connections from one client address (every watcher is local, most from 127.0.0.1: 16 watchers and 8
+requests in progress); the total is kernel/gate.py's WATCH_CONNECTIONS, 32."""
+HEADER_TIMEOUT_S = 2.0
+"""A local client sends its request head within milliseconds; the peer port allows 5 s for the Internet."""
 SEND_TIMEOUT_S = 10.0
 HEARTBEAT_S = 20.0
 DRAIN_S = 2.0
 """At stop: how long watchers get to receive what is queued (RunStopped included) before the close."""
 CLOSE_SLOW = aiohttp.WSCloseCode.TRY_AGAIN_LATER
 CLOSE_STOPPED = aiohttp.WSCloseCode.GOING_AWAY
+AUTHORIZATION_LINE = re.compile(rb"(?im)^authorization:[ \t]*(.*?)[ \t]*\r?$")
 
 
 class WatcherQueue:
@@ -187,11 +202,24 @@ class StatusEndpoint:
         self._token = secrets.token_urlsafe(32)
         self._runner: web.AppRunner | None = None
         self._advertised = False
+        self.gate = ConnectionGate(PER_ADDRESS, WATCH_CONNECTIONS, newcomer_share=0)
+        """No newcomers' slots: the attacker and the watcher share 127.0.0.1; eviction serves instead."""
+        self.malformed = 0
+        """Requests refused as malformed (400 or a close)."""
+        self._authorization = f"Bearer {self._token}".encode()
+
+    def _count_malformed(self) -> None:
+        self.malformed += 1
+
+    def _sent_token(self, head: bytes) -> bool:
+        """A connection's first bytes hold the Authorization header with this endpoint's token."""
+        match = AUTHORIZATION_LINE.search(head)
+        return match is not None and hmac.compare_digest(match.group(1), self._authorization)
 
     async def start(self) -> None:
-        runner = web.AppRunner(create_app(self._token, self.watchers), access_log=None, shutdown_timeout=DRAIN_S)
+        runner = gated_runner(create_app(self._token, self.watchers), self.gate, HEADER_TIMEOUT_S, self._count_malformed)
         await runner.setup()
-        site = web.TCPSite(runner, HOST, 0)
+        site = GatedSite(runner, HOST, 0, self.gate, proof=self._sent_token)
         try:
             await site.start()
         except BaseException:
