@@ -86,7 +86,8 @@ class Trainer:
         gen_s = time.perf_counter() - started
         self.report(PhaseProgress(t, "sharing", 0, len(own)))
         for group in own:
-            self._publish(group.rollout)
+            if has_signal(group.rewards):  # every peer drops a group without a reward spread unread
+                self._publish(group.rollout)
         external = self._take_external(t)
         if self.stop_requested.is_set():
             raise RoundAbandoned(t)

@@ -20,9 +20,15 @@ def fast_specs() -> list[tasks.TaskSpec]:
 
 
 def make_rollout(seed: int = 1, index: int = 0, completions: int = 4, round_: int = 0) -> Rollout:
-    ref = tasks.draw(fast_specs(), seed, round_ * 1000 + index, 1)[0]
-    task = tasks.regenerate(ref)
-    texts = tuple(f"thinking {i} <answer>{task.answer}</answer>" for i in range(completions))
+    """A valid group with a reward spread (half right, half wrong), as honest nodes share: a group whose
+    rewards are all equal is refused (no_signal). Items the verifier scores 0 even when right (a few
+    base_conversion items have an empty answer) are skipped for the next draw."""
+    for attempt in range(100):
+        ref = tasks.draw(fast_specs(), seed, round_ * 1000 + index + attempt * 100_000, 1)[0]
+        task = tasks.regenerate(ref)
+        texts = tuple(f"thinking {i} <answer>{task.answer if i % 2 == 0 else 'no'}</answer>" for i in range(completions))
+        if completions < 2 or len({tasks.score(task, text) for text in texts}) > 1:
+            break
     return Rollout(ref, task.question, task.answer, texts, "test-model", round_, "", int(time.time() * 1000))
 
 
@@ -40,7 +46,7 @@ def signed(identity: Identity, rollout: Rollout | None = None, *, seq: int | Non
 def fast_config(**protocol) -> PeerConfig:
     """Loopback node with test-speed intervals."""
     defaults = dict(pull_interval_s=0.3, exchange_interval_s=0.5, rotate_interval_s=3600.0,
-                    max_inbound=256, max_inbound_per_ip=256)
+                    max_inbound=256, max_inbound_per_ip=256, max_inbound_per_network=256)
     return dataclasses.replace(local_config(**{**defaults, **protocol}), tick_s=0.05)
 
 

@@ -54,7 +54,7 @@ class Simulation:
             pool = RolloutPool(identity.node_id, 4096, 64 << 20, limits.past_ms)
             admission = Admission(pool, SeenCache(65536, limits.past_ms), limits, regenerate_task)
             core = NodeCore(identity, admission, config, PeerBook(ScorePolicy(), rng), AddressBook(rng), rng)
-            node = SimNode(core, f"10.0.{i // 250}.{i % 250 + 1}:4747")
+            node = SimNode(core, f"10.{i // 250}.{i % 250}.1:4747")  # one /24 each, as on the internet
             core.addresses.mark_own(node.addr)
             self.nodes.append(node)
             self.by_addr[node.addr] = node

@@ -152,7 +152,9 @@ def test_external_groups_are_rescored_and_filtered(stub_model, tmp_path):
     row = [e for e in events if isinstance(e, RoundFinished)][0].metrics
     assert row.n_external == 2
     assert row.reward_external == pytest.approx(0.25)  # one right answer in four, re-scored here
-    assert len(inbox.published) == 8 and all(r.round == 1 for r in inbox.published)
+    # only own groups with a reward spread are shared: peers would drop the others unread
+    assert len(inbox.published) == row.groups_with_signal - row.n_external and all(r.round == 1 for r in inbox.published)
+    assert all(len(set(rescore(r).rewards)) > 1 for r in inbox.published)
 
 
 def test_rescore_never_trusts_the_peer():

@@ -12,6 +12,8 @@ import random
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from swarm_app.peer.core.sources import prefix_of
+
 SOURCES = ("bootstrap", "mdns", "exchange", "inbound", "table")
 
 
@@ -25,6 +27,8 @@ class AddressState:
     last_ok: float = 0.0
     http_only: bool = False
     """The address answered HTTP but refused the websocket: pull it over GET /sample."""
+    network: str = ""
+    """Its host's /24 (IPv4) or /48 (IPv6)."""
 
 
 def parse_address(text: str) -> tuple[str, int]:
@@ -46,8 +50,10 @@ def format_address(host: str, port: int) -> str:
 
 class AddressBook:
     def __init__(self, rng: random.Random, *, capacity: int = 1024, backoff_base_s: float = 1.0,
-                 backoff_max_s: float = 300.0) -> None:
-        self.rng, self.capacity = rng, capacity
+                 backoff_max_s: float = 300.0, per_network: int = 8) -> None:
+        self.rng, self.capacity, self.per_network = rng, capacity, per_network
+        """`per_network`: entries from one /24 (/48) at most, bootstrap addresses aside: sixty addresses
+        announcing themselves from one network take 8 lines of the book, not sixty."""
         self.backoff_base_s, self.backoff_max_s = backoff_base_s, backoff_max_s
         self._book: dict[str, AddressState] = {}
         self.own: set[str] = set()
@@ -75,13 +81,19 @@ class AddressBook:
             return None
         state = self._book.get(addr)
         if state is None:
-            state = self._book[addr] = AddressState(addr, source)
+            if source != "bootstrap" and self._crowded(addr):
+                return None
+            state = self._book[addr] = AddressState(addr, source, network=prefix_of(parse_address(addr)[0]))
             self._trim()
         elif source == "bootstrap":
             state.source = "bootstrap"
         if node_id is not None:
             state.node_id = node_id
         return state
+
+    def _crowded(self, addr: str) -> bool:
+        network = prefix_of(parse_address(addr)[0])
+        return sum(1 for s in self._book.values() if s.source != "bootstrap" and s.network == network) >= self.per_network
 
     def candidates(self, now: float, skip_node: Callable[[str], bool], exclude_addrs: set[str]) -> list[str]:
         """Addresses due for a dial attempt, except pending dials and known nodes `skip_node` rejects."""

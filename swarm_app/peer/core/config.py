@@ -1,7 +1,7 @@
 """`PeerConfig`: every knob of a peer node in one frozen dataclass, with the defaults docs/protocol.md states.
 
-The session builds it from the [peer] settings (`run_setup.peer_config`); tests and the demo build it directly with faster
-intervals. This module only holds values and parses addresses; it starts nothing.
+The session builds it from the [peer] settings (`session/setup.py peer_config`); tests and the demo build it
+directly with faster intervals. This module only holds values and parses addresses; it starts nothing.
 """
 
 from __future__ import annotations
@@ -16,6 +16,13 @@ from swarm_app.peer.core.addressbook import parse_address
 from swarm_app.peer.core.admission import AdmissionLimits
 from swarm_app.peer.core.protocol import ProtocolConfig
 from swarm_app.peer.core.scores import ScorePolicy
+from swarm_app.peer.core.sources import SourceLimits
+
+LOOPBACK_TRUST = SourceLimits(push_per_address=(256.0, 4.0), push_per_network=(256.0, 4.0),
+                              standing_groups=1, standing_age_s=1e-9, new_source_cap=1 << 20,
+                              addresses_per_network=1 << 20, pool_share=1.0)
+"""Source budgets for a swarm of nodes that all run on this machine (`swarm demo`, tests): every node
+connects from 127.0.0.1, so the Sybil budgets per address would count them as one source."""
 
 
 @dataclass(frozen=True)
@@ -35,6 +42,8 @@ class PeerConfig:
     protocol: ProtocolConfig = field(default_factory=ProtocolConfig)
     limits: AdmissionLimits = field(default_factory=AdmissionLimits)
     scores: ScorePolicy = field(default_factory=ScorePolicy)
+    sources: SourceLimits = field(default_factory=SourceLimits)
+    """New authors a source address and network may introduce, and how standing is earned (sources.py)."""
     sample_per_author_cap: int | None = None
     """Most rollouts of one author in one `sample` call. None: ceil(count / authors available)."""
     pool_max_entries: int = 4096
@@ -78,5 +87,7 @@ def check_address(text: str, flag: str) -> str:
 
 
 def local_config(**protocol: Any) -> PeerConfig:
-    """A loopback node without mDNS or peer table, for tests and the demo; `protocol` overrides."""
-    return PeerConfig(listen="127.0.0.1:0", mdns=False, peer_table=False).with_protocol(**protocol)
+    """A loopback node without mDNS or peer table, for tests and the demo, trusting its fellow loopback
+    nodes as distinct sources (LOOPBACK_TRUST); `protocol` overrides."""
+    return PeerConfig(listen="127.0.0.1:0", mdns=False, peer_table=False,
+                      sources=LOOPBACK_TRUST).with_protocol(**protocol)

@@ -40,6 +40,12 @@ class ProtocolConfig:
     much of its sustained rate is added to every receive burst."""
     max_inbound: int = 64
     max_inbound_per_ip: int = 8
+    max_inbound_per_network: int = 16
+    """Inbound websockets from one /24 (IPv4) or /48 (IPv6): nine addresses cannot hold the whole node."""
+    standing_refresh_s: float = 5.0
+    """How often the authors' standing (their weight in the external draw) is recomputed for the pool."""
+    idle_inbound_s: float = 60.0
+    """An inbound peer that gave nothing (no admitted rollout) for this long yields its slot to a newcomer."""
     share: bool = True
     """Send own rollouts to peers (pushes and pull answers). False: only receive."""
     own_push_rate: float = 4.0

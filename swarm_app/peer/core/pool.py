@@ -3,19 +3,25 @@ and the seen-cache (what duplicate and replay drops are decided by).
 
 Both are hard-capped: the pool by entries and bytes (oldest out), the seen-cache by entries; when the
 seen-cache drops an entry before it expires, the author's floor rises so that a replay of what was
-forgotten is still refused. The pool is shared with the training thread and takes a lock; the
-seen-cache is used on the event loop only. Sans-IO: no clocks, no sockets, no logging.
+forgotten is still refused. No one source can fill the pool: each author and each delivering address
+holds at most `share` of its entries and of its bytes, and past that its own oldest entries go, not
+others' (so entries far beyond the usual size cost their bytes against their source). The external
+draw (`sample`) is spread across networks and authors and weighted by their standing (sources.py).
+The pool is shared with the training thread and takes a lock; the seen-cache is used on the event loop
+only. Sans-IO: no clocks, no sockets, no logging.
 """
 
 from __future__ import annotations
 
 import random
 import threading
-from collections import Counter, OrderedDict
+from collections import Counter, OrderedDict, defaultdict
 from dataclasses import dataclass, field
 
 from swarm_app.kernel.rollouts import Rollout
+from swarm_app.peer.core.sources import STANDING_FLOOR, prefix_of
 from swarm_app.peer.core.wire import SignedRollout
+
 
 
 @dataclass
@@ -25,6 +31,8 @@ class PoolEntry:
     """Author is the author's node id."""
     via: str
     """Node id of the neighbour it came from; "" for own rollouts."""
+    source: str = ""
+    """Address (IP) of the neighbour it came from; "" for own rollouts."""
     taken: bool = field(default=False)
     """Already handed to training (each admitted rollout is trained on at most once)."""
 
@@ -40,12 +48,25 @@ class PoolEntry:
 class RolloutPool:
     """Admitted rollouts by id, oldest first; capped at `max_entries` and `max_bytes` of bodies."""
 
-    def __init__(self, self_id: str, max_entries: int, max_bytes: int, max_age_ms: int) -> None:
+    def __init__(self, self_id: str, max_entries: int, max_bytes: int, max_age_ms: int,
+                 share: float = 0.25, new_source_cap: int = 2) -> None:
         self.self_id = self_id
         self.max_entries, self.max_bytes, self.max_age_ms = max_entries, max_bytes, max_age_ms
+        self.share, self.new_source_cap = share, new_source_cap
+        """`share`: most of the entries, and of the bytes, one author or one delivering address may hold."""
+        """Groups per draw from a network whose authors have not earned standing (all below half weight)."""
         self._entries: OrderedDict[bytes, PoolEntry] = OrderedDict()
         self._bytes = 0
+        self._held: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+        """Entries and bytes held per source key ("a:" + author, "s:" + address)."""
+        self._weights: dict[str, float] = {}
+        self._homes: dict[str, str] = {}
         self._lock = threading.Lock()
+
+    def set_standing(self, weights: dict[str, float], homes: dict[str, str]) -> None:
+        """Each author's weight in the draw and the network it was introduced by (the core's view, replaced
+        whole: the training thread reads whichever dictionaries it finds)."""
+        self._weights, self._homes = weights, homes
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -60,13 +81,40 @@ class RolloutPool:
             if entry.signed.id in self._entries:
                 return 0
             self._entries[entry.signed.id] = entry
-            self._bytes += len(entry.signed.body)
-            evicted = 0
+            self._account(entry, +1)
+            evicted = self._keep_share(entry)
             while len(self._entries) > self.max_entries or self._bytes > self.max_bytes:
                 _, old = self._entries.popitem(last=False)
-                self._bytes -= len(old.signed.body)
+                self._account(old, -1)
                 evicted += 1
             return evicted
+
+    def _sources(self, entry: PoolEntry) -> list[str]:
+        return [f"a:{entry.author}"] + ([f"s:{entry.source}"] if entry.source else [])
+
+    def _account(self, entry: PoolEntry, sign: int) -> None:
+        size = len(entry.signed.body)
+        self._bytes += sign * size
+        for key in self._sources(entry):
+            held = self._held[key]
+            held[0] += sign
+            held[1] += sign * size
+            if held[0] <= 0:
+                del self._held[key]
+
+    def _keep_share(self, entry: PoolEntry) -> int:
+        """Evict the oldest entries of `entry`'s own sources while either holds more than its share."""
+        if entry.author == self.self_id:
+            return 0  # own rollouts: what pulls are served from
+        evicted = 0
+        max_entries, max_bytes = max(1, int(self.max_entries * self.share)), max(1, int(self.max_bytes * self.share))
+        for key in self._sources(entry):
+            while key in self._held and (self._held[key][0] > max_entries or self._held[key][1] > max_bytes):
+                oldest = next(e for e in self._entries.values() if key in self._sources(e))
+                del self._entries[oldest.signed.id]
+                self._account(oldest, -1)
+                evicted += 1
+        return evicted
 
     def expire(self, now_ms: int) -> int:
         """Drop entries older than the freshness window (scanning from the oldest received)."""
@@ -77,36 +125,61 @@ class RolloutPool:
                 if oldest.ts_ms >= cutoff:
                     break
                 self._entries.popitem(last=False)
-                self._bytes -= len(oldest.signed.body)
+                self._account(oldest, -1)
                 dropped += 1
         return dropped
 
     def sample(self, count: int, now_ms: int, rng: random.Random, per_author_cap: int | None = None) -> list[Rollout]:
-        """Up to `count` fresh peer rollouts never handed out before: uniform, at most a cap per author.
+        """Up to `count` fresh peer rollouts never handed out before, marked taken.
 
-        The cap defaults to the smallest one that still fills the draw (water-filling over authors):
-        one prolific author cannot crowd out the others, and a swarm of few authors still fills it.
-        Chosen entries are marked taken.
+        Spread across sources: a network whose authors have not earned standing gives at most
+        `new_source_cap` groups a draw; each author at most the smallest cap that still fills the draw
+        (water-filling), unless `per_author_cap` says otherwise. Within that, each group is drawn with
+        probability in proportion to its author's standing, so a swarm of fresh keys weighs little
+        against peers whose groups taught this node before.
         """
         if count <= 0:
             return []
         cutoff = now_ms - self.max_age_ms
+        weights, homes = self._weights, self._homes
         with self._lock:
             fresh = [e for e in self._entries.values()
                      if not e.taken and e.author != self.self_id and e.ts_ms >= cutoff]
-            rng.shuffle(fresh)
-            cap = per_author_cap or fill_cap(Counter(e.author for e in fresh), count)
-            chosen: list[PoolEntry] = []
-            per_author: dict[str, int] = {}
-            for entry in fresh:
-                if per_author.get(entry.author, 0) < cap:
-                    per_author[entry.author] = per_author.get(entry.author, 0) + 1
-                    chosen.append(entry)
-                    if len(chosen) == count:
-                        break
+            chosen = self._draw(fresh, count, rng, weights, homes, per_author_cap)
             for entry in chosen:
                 entry.taken = True
         return [e.rollout for e in chosen]
+
+    def _draw(self, fresh: list[PoolEntry], count: int, rng: random.Random, weights: dict[str, float],
+              homes: dict[str, str], per_author_cap: int | None) -> list[PoolEntry]:
+        def weight(entry: PoolEntry) -> float:
+            return max(weights.get(entry.author, STANDING_FLOOR), 1e-6)
+
+        def network(entry: PoolEntry) -> str:
+            return homes.get(entry.author) or prefix_of(entry.source)
+
+        established = {network(e) for e in fresh if weight(e) >= 0.5}
+        # weighted sampling without replacement: sort by u ** (1 / w) (Efraimidis and Spirakis)
+        order = sorted(fresh, key=lambda e: rng.random() ** (1.0 / weight(e)), reverse=True)
+        chosen: list[PoolEntry] = []
+        taken: set[int] = set()
+        per_author: Counter = Counter()
+        per_network: Counter = Counter()
+        most = max(Counter(e.author for e in fresh).values(), default=0)
+        # water-filling: one group per author first, then two, ... until the draw is full
+        for cap in ([per_author_cap] if per_author_cap else range(1, most + 1)):
+            for i, entry in enumerate(order):
+                net = network(entry)
+                if i in taken or per_author[entry.author] >= cap or (
+                        net not in established and per_network[net] >= self.new_source_cap):
+                    continue
+                taken.add(i)
+                per_author[entry.author] += 1
+                per_network[net] += 1
+                chosen.append(entry)
+                if len(chosen) == count:
+                    return chosen
+        return chosen
 
     def for_pull(self, have: dict[str, int], limit: int, now_ms: int, requester: str,
                  rng: random.Random) -> list[SignedRollout]:
@@ -125,14 +198,6 @@ class RolloutPool:
         rng.shuffle(authors)
         authors.sort(key=lambda a: (a in have, have.get(a, 0)))  # stable: unheard first, then oldest heard
         return [newest[a].signed for a in authors[:limit]]
-
-
-def fill_cap(available: Counter, count: int) -> int:
-    """Smallest per-author cap c with sum(min(n, c)) >= count (or the largest n when none is)."""
-    cap = 1
-    while cap < max(available.values(), default=1) and sum(min(n, cap) for n in available.values()) < count:
-        cap += 1
-    return cap
 
 
 ID_PREFIX = 16

@@ -31,6 +31,7 @@ from swarm_app.peer.core.messages import MAX_HAVE, Bye, MessageError, Pull, Push
 from swarm_app.peer.core.pool import PoolEntry
 from swarm_app.peer.core.ratelimit import TokenBucket
 from swarm_app.peer.core.scores import PeerBook, PeerRecord
+from swarm_app.peer.core.sources import prefix_of
 from swarm_app.peer.core.wire import WireError, item_from_json, parse_body, sign_rollout
 
 log = logging.getLogger(__name__)
@@ -51,12 +52,18 @@ class Connection:
     """Where the peer can be dialed: the dialed address, or observed IP + announced port."""
     opened: float
     bucket: TokenBucket
+    ip: str = ""
+    """The peer's observed address (inbound) or the dialed host (outbound): its source for the budgets."""
+    last_useful: float = 0.0
+    """When the peer last gave this node something: an admitted rollout or an answer to a pull."""
     pending: dict[int, float] = field(default_factory=dict)
     """Pull request id -> deadline."""
     timed_out: deque[int] = field(default_factory=lambda: deque(maxlen=LATE_PULLS))
     """Ids of pulls that timed out: an answer to one is late, not unsolicited."""
 
 
+RELAYED_REASONS = frozenset({"author_rate", "no_signal", "new_author"})
+"""Rejections that count against a peer only when it pushed the rollout (pushes are the sender's own)."""
 SHELL_EVENTS = ("send_dropped", "dial_failures", "http_malformed")
 """Events only the I/O shell sees, counted through `NodeCore.count`."""
 
@@ -74,12 +81,13 @@ class NodeCore:
         self.by_peer: dict[str, int] = {}
         self.dialing: set[str] = set()
         self.inbound_by_ip: Counter[str] = Counter()
+        self.inbound_by_network: Counter[str] = Counter()
         self.heard: OrderedDict[str, int] = OrderedDict()
         self.counters: Counter[str] = Counter()
         self.rejected: Counter[str] = Counter()
         self._seq = 0
         self._pull_id = 0
-        self._next_pull = self._next_exchange = self._next_rotate = self._next_expire = 0.0
+        self._next_pull = self._next_exchange = self._next_rotate = self._next_expire = self._next_standing = 0.0
         self._own_push = TokenBucket(config.own_push_rate, config.own_push_burst, 0.0)
 
     @property
@@ -105,7 +113,21 @@ class NodeCore:
             self._next_expire = now + 5.0
             self.pool.expire(int(now * 1000))
             self.admission.seen.expire(int(now * 1000))
+        if now >= self._next_standing:
+            self._next_standing = now + self.config.standing_refresh_s
+            self._update_standing(now)
         return actions
+
+    def _update_standing(self, now: float) -> None:
+        """Hand the pool each known author's weight in the external draw (sources.Standing)."""
+        standing, limit = self.admission.standing, self.peers.policy.offense_limit
+        homes = standing.homes()
+        weights = {}
+        for author in homes:
+            record = self.peers.peek(author)
+            used, offense = (record.used, record.offense.value(now)) if record else (0, 0.0)
+            weights[author] = standing.weight(author, used, offense, limit, now)
+        self.pool.set_standing(weights, homes)
 
     def _dials(self, now: float) -> list[Action]:
         outbound = sum(c.direction == "out" for c in self.conns.values()) + len(self.dialing)
@@ -160,18 +182,45 @@ class NodeCore:
     # --- connections
 
     def reserve_inbound(self, ip: str) -> bool:
-        """Claim an inbound slot before the websocket upgrade; False when the caps are reached."""
+        """Claim an inbound slot before the websocket upgrade; False when a cap (total, per address, per
+        network) is reached."""
+        network = prefix_of(ip)
         if sum(self.inbound_by_ip.values()) >= self.config.max_inbound:
             return False
         if self.inbound_by_ip[ip] >= self.config.max_inbound_per_ip:
             return False
+        if self.inbound_by_network[network] >= self.config.max_inbound_per_network:
+            return False
         self.inbound_by_ip[ip] += 1
+        self.inbound_by_network[network] += 1
         return True
 
+    def admit_inbound(self, ip: str, now: float) -> tuple[bool, list[Action]]:
+        """`reserve_inbound`, and when only the total is full, room for a newcomer (a network holding no
+        inbound slot): the idlest inbound connection that sent nothing useful for `idle_inbound_s`, from
+        the network holding the most slots, is closed, and its slot is the newcomer's."""
+        if self.reserve_inbound(ip):
+            return True, []
+        network = prefix_of(ip)
+        if self.inbound_by_network[network] or sum(self.inbound_by_ip.values()) < self.config.max_inbound:
+            return False, []
+        idle = [c for c in self.conns.values()
+                if c.direction == "in" and now - max(c.opened, c.last_useful) >= self.config.idle_inbound_s]
+        if not idle:
+            return False, []
+        victim = max(idle, key=lambda c: (self.inbound_by_network[prefix_of(c.ip)], now - max(c.opened, c.last_useful)))
+        self.counters["inbound_evicted"] += 1
+        self._forget(victim)
+        # over the cap by one until the victim's socket closes and the server releases its slot
+        self.inbound_by_ip[ip] += 1
+        self.inbound_by_network[network] += 1
+        return True, [Close(victim.conn, "busy")]
+
     def release_inbound(self, ip: str) -> None:
-        self.inbound_by_ip[ip] -= 1
-        if self.inbound_by_ip[ip] <= 0:
-            del self.inbound_by_ip[ip]
+        for table, key in ((self.inbound_by_ip, ip), (self.inbound_by_network, prefix_of(ip))):
+            table[key] -= 1
+            if table[key] <= 0:
+                del table[key]
 
     def on_dial_failed(self, addr: str, now: float, http_only: bool = False, busy: bool = False) -> list[Action]:
         """Back off from `addr`. A busy node (connection caps reached) is still asked for its peer list."""
@@ -209,7 +258,7 @@ class NodeCore:
         elif addr:
             self.addresses.add(addr, "inbound", peer)
         self.conns[conn] = Connection(conn, peer, direction, addr, now,
-                                      TokenBucket(self.config.conn_rate, self.config.conn_burst, now))
+                                      TokenBucket(self.config.conn_rate, self.config.conn_burst, now), ip)
         self.by_peer[peer] = conn
         self.peers.get(peer, now).address = addr
         if direction == "out" and len(self._outbound_addrs()) == 1:
@@ -283,7 +332,7 @@ class NodeCore:
         """Rollouts from an HTTP fallback pull of `addr`."""
         state = self.addresses.get(addr)
         peer = state.node_id if state and state.node_id else f"@{addr}"
-        pseudo = Connection(-1, peer, "http", addr, now, TokenBucket(1, 1, now))
+        pseudo = Connection(-1, peer, "http", addr, now, TokenBucket(1, 1, now), _host_of(addr))
         return [a for a in self._receive(pseudo, items, False, now) if not isinstance(a, Close)]
 
     def _answer_pull(self, c: Connection, pull: Pull, now: float) -> Send:
@@ -298,15 +347,17 @@ class NodeCore:
         for item in items:
             sender.received += 1
             try:
-                verdict = self.admission.admit(item_from_json(item), c.peer, now_ms)
+                verdict = self.admission.admit(item_from_json(item), c.peer, now_ms, c.ip, pushed)
             except WireError as exc:
                 actions += self._penalize(c, exc.reason, now)
             else:
                 if isinstance(verdict, Accepted):
+                    c.last_useful = now
                     self._note_accepted(sender, verdict.entry, now)
                     actions.append(Admitted(verdict.entry, pushed))
                 else:
-                    scale = 0.0 if verdict.reason == "author_rate" and not pushed else 1.0
+                    # a pull answer relays others' rollouts: its budgets are not the sender's fault
+                    scale = 0.0 if verdict.reason in RELAYED_REASONS and not pushed else 1.0
                     actions += self._penalize(c, verdict.reason, now, scale)
             if any(isinstance(a, Close) for a in actions):
                 break  # banned: the rest of the message is not looked at
@@ -433,3 +484,10 @@ class NodeCore:
         listed += [{"node": s.node_id, "addr": s.addr, "verified": True} for s in self.addresses.entries()
                    if s.last_ok > 0 and s.addr not in seen]
         return listed[:limit]
+
+
+def _host_of(addr: str) -> str:
+    try:
+        return parse_address(addr)[0]
+    except ValueError:
+        return ""

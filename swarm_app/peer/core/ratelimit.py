@@ -47,6 +47,13 @@ class BucketMap(Generic[K]):
             self._buckets.move_to_end(key)
         return bucket.take(now, cost)
 
+    def peek(self, key: K, now: float) -> float:
+        """Tokens `key` has now (a key never seen has a full bucket); changes nothing."""
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            return self.burst
+        return min(bucket.burst, bucket.tokens + max(0.0, now - bucket.stamp) * bucket.rate)
+
     def __len__(self) -> int:
         return len(self._buckets)
 

@@ -20,6 +20,8 @@ REASON_WEIGHTS: dict[str, float] = {
     "stale": 0.2,           # a slow path or a skewed clock
     "unknown_task": 0.2,    # an honest node with another task mix
     "author_rate": 0.5,     # only counted for pushed rollouts; pull answers are not the sender's fault
+    "no_signal": 0.1,       # pushed only; honest nodes do not push groups without a reward spread
+    "new_author": 0.5,      # pushed only: a fresh key from a source whose budget of new authors is spent
     "future": 1.0,
     "conn_rate": 1.0,
     "replay": 2.0,

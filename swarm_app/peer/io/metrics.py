@@ -35,6 +35,7 @@ COUNTERS = {
     "pull_timeouts": "Pull requests that got no answer within pull_timeout_s",
     "unshared": "Own rollouts kept because sharing is off",
     "own_rejected": "Own rollouts that failed this node's own admission checks (not shared)",
+    "inbound_evicted": "Idle inbound peers closed to make room for a newcomer",
 }
 
 

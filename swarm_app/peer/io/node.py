@@ -74,10 +74,12 @@ class PeerNode:
         self.config, self.identity, self.clock = config, identity, clock
         self.rng = rng or random.Random()
         self.peer_table_path = peer_table_path
-        self.pool = RolloutPool(identity.node_id, config.pool_max_entries, config.pool_max_bytes, config.limits.past_ms)
+        self.pool = RolloutPool(identity.node_id, config.pool_max_entries, config.pool_max_bytes, config.limits.past_ms,
+                                share=config.sources.pool_share, new_source_cap=config.sources.new_source_cap)
         admission = Admission(self.pool, SeenCache(config.seen_capacity, config.limits.past_ms),
-                              fitted_limits(config.limits, config.protocol), regenerate_task)
-        addresses = AddressBook(self.rng, backoff_base_s=1.0, backoff_max_s=300.0)
+                              fitted_limits(config.limits, config.protocol), regenerate_task, config.sources)
+        addresses = AddressBook(self.rng, backoff_base_s=1.0, backoff_max_s=300.0,
+                                per_network=config.sources.addresses_per_network)
         self.core = NodeCore(identity, admission, config.protocol, PeerBook(config.scores, self.rng),
                              addresses, self.rng)
         self.gate = ConnectionGate(config.connections_per_ip,
@@ -250,6 +252,12 @@ class PeerNode:
 
     def add_peer(self, addr: str) -> None:
         self.core.add_address(addr, "bootstrap")
+
+    def reserve_inbound(self, ip: str) -> bool:
+        """An inbound slot for a websocket from `ip` (the core may close an idle peer to make room)."""
+        admitted, actions = self.core.admit_inbound(ip, self.clock())
+        self._execute(actions)
+        return admitted
 
     def set_sharing(self, share: bool) -> None:
         self.core.set_sharing(share)

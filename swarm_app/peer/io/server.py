@@ -45,6 +45,8 @@ class ServedNode(Protocol):
 
     def background(self, app: web.Application) -> AsyncIterator[None]: ...
 
+    def reserve_inbound(self, ip: str) -> bool: ...
+
     async def serve(self, ws: Any, hello: Hello, direction: str, dialed: str | None, ip: str,
                     rtt_s: float | None = None) -> None: ...
 
@@ -115,7 +117,7 @@ async def sample(request: web.Request) -> web.Response:
 async def websocket(request: web.Request) -> web.StreamResponse:
     node = request.app[NODE]
     ip = request.remote or "?"
-    if node.stopping or not node.core.reserve_inbound(ip):
+    if node.stopping or not node.reserve_inbound(ip):
         return web.json_response({"error": "busy: connection limit reached"}, status=503)
     try:
         ws = web.WebSocketResponse(max_msg_size=WS_MAX_MSG_SIZE, heartbeat=node.config.heartbeat_s,

@@ -9,10 +9,13 @@ import time
 import pytest
 import rfc8785
 
+from swarm_app.kernel import tasks
 from swarm_app.kernel.tasks import HELDOUT_SEED, Task, TaskRef
 from swarm_app.peer.core.admission import REASONS, Accepted, Admission, AdmissionLimits, Rejected
+from swarm_app.peer.core.config import LOOPBACK_TRUST
 from swarm_app.peer.core.identity import Identity
 from swarm_app.peer.core.pool import RolloutPool, SeenCache
+from swarm_app.peer.core.sources import SourceLimits
 from swarm_app.peer.core.wire import SignedRollout, sign_rollout
 from tests.peer.helpers import make_rollout, signed
 
@@ -20,9 +23,9 @@ AUTHOR = Identity.generate()
 NOW = int(time.time() * 1000)
 
 
-def admission(**limits) -> Admission:
+def admission(sources: SourceLimits = LOOPBACK_TRUST, **limits) -> Admission:
     pool = RolloutPool("me", 100, 10**7, 600_000)
-    return Admission(pool, SeenCache(1000, 600_000), AdmissionLimits(**limits))
+    return Admission(pool, SeenCache(1000, 600_000), AdmissionLimits(**limits), sources=sources)
 
 
 def reason(verdict) -> str:
@@ -98,7 +101,8 @@ def test_author_rate_limit_counts_only_verified_rollouts():
 
 def test_every_reason_is_documented():
     assert {"too_large", "malformed", "schema", "version", "not_canonical", "future", "stale", "duplicate",
-            "replay", "bad_signature", "author_rate", "unknown_task", "ground_truth", "heldout_seed"} == set(REASONS)
+            "replay", "bad_signature", "author_rate", "unknown_task", "ground_truth", "heldout_seed", "no_signal",
+            "new_author"} == set(REASONS)
 
 
 def test_a_heldout_seed_is_refused_before_regeneration_even_with_the_right_answer():
@@ -106,13 +110,39 @@ def test_a_heldout_seed_is_refused_before_regeneration_even_with_the_right_answe
 
     def regenerate(ref: TaskRef) -> Task:  # a node that could regenerate held-out items (the landed code could)
         asked.append(ref)
-        return Task(ref, rollout.question, rollout.answer, {})
+        return tasks.regenerate(dataclasses.replace(ref, seed=rollout.ref.seed))
 
     rollout = make_rollout(index=4)
-    adm = Admission(RolloutPool("me", 100, 10**7, 600_000), SeenCache(1000, 600_000), AdmissionLimits(), regenerate)
+    adm = Admission(RolloutPool("me", 100, 10**7, 600_000), SeenCache(1000, 600_000), AdmissionLimits(), regenerate,
+                    LOOPBACK_TRUST)
     assert reason(adm.admit(signed(AUTHOR, rollout, ts_ms=NOW), "x", NOW)) == "accepted"  # the stub works
     asked.clear()
     # the wire schema caps seeds at 2**31-1 (tasks.HELDOUT_SEED), so this is the only held-out seed
     heldout = dataclasses.replace(rollout, ref=dataclasses.replace(rollout.ref, seed=HELDOUT_SEED))
     assert reason(adm.admit(signed(AUTHOR, heldout, ts_ms=NOW + 1), "x", NOW)) == "heldout_seed"
     assert asked == [] and len(adm.pool) == 1 and len(adm.seen) == 1  # nothing regenerated, nothing filed
+
+
+def test_a_group_without_a_reward_spread_is_never_pooled():
+    adm = admission()
+    rollout = make_rollout(index=5)
+    all_right = dataclasses.replace(rollout, completions=(rollout.completions[0],) * 4)
+    assert reason(adm.admit(signed(AUTHOR, all_right, ts_ms=NOW), "x", NOW)) == "no_signal"
+    assert reason(adm.admit(signed(AUTHOR, rollout, ts_ms=NOW + 1), "x", NOW)) == "accepted"
+    assert len(adm.pool) == 1
+
+
+def test_fresh_keys_from_one_place_introduce_a_few_authors_only():
+    adm = admission(SourceLimits())  # the defaults a real node runs with
+
+    def push(key: Identity, ip: str, i: int) -> str:
+        return reason(adm.admit(signed(key, make_rollout(index=i), ts_ms=NOW + i), key.node_id, NOW, ip, pushed=True))
+
+    one_address = [push(Identity.generate(), "203.0.113.7", i) for i in range(20)]
+    assert one_address.count("accepted") == 2 and set(one_address[2:]) == {"new_author"}
+    one_network = [push(Identity.generate(), f"198.51.100.{i}", i) for i in range(20)]
+    assert one_network.count("accepted") == 4  # ten addresses of one /24 are one network
+    assert push(Identity.generate(), "192.0.2.1", 30) == "accepted"  # another network has its own budget
+    known = Identity.generate()
+    assert push(known, "192.0.2.2", 31) == "accepted"
+    assert push(known, "192.0.2.2", 32) == "accepted"  # an admitted author is no longer new

@@ -1,0 +1,111 @@
+"""Where rollouts come from, and how much each source may introduce and weigh: the Sybil budgets.
+
+A key costs nothing to make, so budgets per key alone buy nothing: here every budget is also kept per
+source address and per network (/24 for IPv4, /48 for IPv6), the way GossipSub v1.1 scores IP colocation.
+- `prefix_of(ip)`: the network a source address belongs to.
+- `NewAuthorBudget`: how many authors never seen before one address and one network may introduce, in a
+  burst and per minute. Pushed rollouts (unsolicited, always the sender's own) get a tight budget: 100
+  fresh keys from one place introduce 2 authors per address and 4 per network, then one a minute. Pull
+  answers (this node chose whom to ask; a relay passes on many honest authors) get a wider one.
+- `Standing`: what an author has earned: a new author's groups weigh little in the external draw
+  (`STANDING_FLOOR`) until groups of it were trained on with a reward spread here, over some minutes;
+  offenses take it away at once. Slow to earn, quick to lose.
+Sans-IO: time comes in as an argument; every table is bounded (least recently used out).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from swarm_app.peer.core.ratelimit import BucketMap
+
+STANDING_FLOOR = 0.1
+"""Weight of a new author's groups in the external draw, against 1.0 for one with full standing."""
+
+
+def prefix_of(ip: str) -> str:
+    """The source's network: its /24 (IPv4) or /48 (IPv6); anything unparsable stands for itself."""
+    try:
+        address = ipaddress.ip_address(ip.strip("[]"))
+    except ValueError:
+        return ip
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    bits = 24 if address.version == 4 else 48
+    return str(ipaddress.ip_network(f"{address}/{bits}", strict=False))
+
+
+@dataclass(frozen=True)
+class SourceLimits:
+    """New authors a source may introduce (burst, then per second), per address and per network."""
+
+    push_per_address: tuple[float, float] = (2.0, 1 / 120)
+    push_per_network: tuple[float, float] = (4.0, 1 / 60)
+    pull_per_address: tuple[float, float] = (32.0, 0.5)
+    pull_per_network: tuple[float, float] = (64.0, 1.0)
+    sources: int = 4096
+    """Addresses and networks whose budgets are remembered (least recently seen out)."""
+    standing_groups: int = 8
+    """Groups of an author trained on (with a reward spread) for full standing."""
+    standing_age_s: float = 120.0
+    """Seconds since an author's first admitted rollout for full standing."""
+    new_source_cap: int = 2
+    """Groups per external draw from a network none of whose authors has earned half standing."""
+    addresses_per_network: int = 8
+    """Address book entries from one network (bootstrap addresses aside)."""
+    pool_share: float = 0.25
+    """Most of the pool's entries, and of its bytes, that one author or one delivering address may hold."""
+
+
+class NewAuthorBudget:
+    """Tokens for introducing authors this node has not admitted before, per address and per network."""
+
+    def __init__(self, limits: SourceLimits) -> None:
+        def buckets(rate_burst: tuple[float, float]) -> BucketMap[str]:
+            burst, rate = rate_burst
+            return BucketMap(rate, burst, limits.sources)
+
+        self._push = (buckets(limits.push_per_address), buckets(limits.push_per_network))
+        self._pull = (buckets(limits.pull_per_address), buckets(limits.pull_per_network))
+
+    def take(self, ip: str, pushed: bool, now: float) -> bool:
+        """One new author from `ip`: True when both its address and its network have a token left."""
+        per_address, per_network = self._push if pushed else self._pull
+        network = prefix_of(ip)
+        if per_address.peek(ip, now) < 1 or per_network.peek(network, now) < 1:
+            return False
+        return per_address.take(ip, now) and per_network.take(network, now)
+
+
+class Standing:
+    """Per author: where it was first seen from (its home network), when, and the weight it has earned."""
+
+    def __init__(self, limits: SourceLimits, capacity: int = 8192) -> None:
+        self.limits, self.capacity = limits, capacity
+        self._first: OrderedDict[str, tuple[str, float]] = OrderedDict()
+
+    def introduce(self, author: str, ip: str, now: float) -> None:
+        """Remember the author's first admitted rollout and the network that delivered it."""
+        if author in self._first:
+            self._first.move_to_end(author)
+            return
+        self._first[author] = (prefix_of(ip) if ip else "", now)
+        while len(self._first) > self.capacity:
+            self._first.popitem(last=False)
+
+    def home(self, author: str) -> str:
+        """The network that introduced `author` ("" when unknown)."""
+        return self._first.get(author, ("", 0.0))[0]
+
+    def weight(self, author: str, used_with_signal: int, offense: float, offense_limit: float, now: float) -> float:
+        """STANDING_FLOOR for a new author, up to 1.0 once `standing_groups` of its groups were trained on
+        over `standing_age_s`; offense points scale it down in proportion, at once."""
+        _, since = self._first.get(author, ("", now))
+        earned = min(1.0, used_with_signal / self.limits.standing_groups) * min(1.0, (now - since) / self.limits.standing_age_s)
+        weight = STANDING_FLOOR + (1.0 - STANDING_FLOOR) * earned
+        return max(0.0, weight * (1.0 - min(1.0, offense / offense_limit)))
+
+    def homes(self) -> dict[str, str]:
+        return {author: home for author, (home, _) in self._first.items()}
