@@ -23,7 +23,6 @@ from swarm_app.peer.core.sources import STANDING_FLOOR, prefix_of
 from swarm_app.peer.core.wire import SignedRollout
 
 
-
 @dataclass
 class PoolEntry:
     signed: SignedRollout
