@@ -41,6 +41,7 @@ def main(args: argparse.Namespace) -> int:
 
     backends = parse_backends(args.backends)
     out_dir = Path(args.out) if args.out else default_out_dir()
+    logs.to_file()
     print(f"demo: {args.nodes} nodes, {settings.train.rounds} rounds, J = {settings.train.external}; runs in {out_dir}")
     if wants_tui(settings):
         with logs.terminal_owned_by_tui():

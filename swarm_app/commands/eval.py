@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 from swarm_app.commands import flags
+from swarm_app.kernel import logs
 from swarm_app.kernel.errors import UsageError
 
 
@@ -33,6 +34,8 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError(f"--samples {args.samples} must be between 0 and 64")
     from swarm_app.session.evaluate import run_eval
     from swarm_app.session.setup import detect_hardware
+
+    logs.to_file()  # a model that fails to load leaves its traceback there
 
     report = run_eval(settings, Path(args.adapter) if args.adapter else None, args.n,
                       detect_hardware(settings.model.backend), args.samples)

@@ -101,7 +101,7 @@ def _run_in_tui(session) -> int:
     with logs.terminal_owned_by_tui():
         code = app.run()
     if app.error is not None:
-        raise app.error
+        raise app.error  # one line, by cli.fail
     if stops:
         print(format_stop(stops[-1]))  # the terminal is back: say where the files are
-    return code if code is not None else 0
+    return code if code is not None else (app.return_code or 0)  # never 0 after a crash

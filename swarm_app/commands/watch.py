@@ -62,8 +62,8 @@ async def watch_in_tui(run_dir: Path) -> int:
         with logs.terminal_owned_by_tui():
             code = await app.run_async()
     if app.error is not None:
-        raise app.error
-    return code or 0
+        raise app.error  # one line, by cli.fail
+    return code or app.return_code or 0  # never 0 after a crash
 
 
 async def feed(stream, deliver: Callable) -> None:

@@ -1,8 +1,10 @@
 """Where log records go, set up by the entry points only (library code just logs).
 
-stderr gets "warning: <message>" lines for people (module paths and tracebacks with --verbose); every
-run also appends to `swarm.log` in the user log dir; while a TUI owns the terminal, the stderr
-handlers rest (records reach its Logs tab through the session's events, and the file).
+stderr gets "warning: <message>" lines for people (module paths and tracebacks with --verbose, or
+--log-level debug); every run also appends to `swarm.log` in the user log dir; while a TUI owns the
+terminal, the stderr handlers rest (records reach its Logs tab through the session's events, and the
+file). A traceback of what ended a command goes to `swarm.log` only (`traceback_to_file`): the terminal
+gets the one line the CLI prints.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
+from pathlib import Path
 from typing import Iterator
 
 log = logging.getLogger(__name__)
@@ -30,11 +33,18 @@ class HumanFormatter(logging.Formatter):
         return text
 
 
-def to_stderr(verbose: bool) -> None:
+LEVELS = ("debug", "info", "warning", "error")
+"""--log-level choices: the lowest level shown on stderr (default warning; -v means info)."""
+
+
+def to_stderr(verbose: bool, level: str | None = None) -> None:
+    """Records at `level` and up (info with --verbose, else warning) to stderr; module paths and
+    tracebacks at info and below (a user who asks for detail gets it)."""
+    number = getattr(logging, (level or ("info" if verbose else "warning")).upper())
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(HumanFormatter(verbose))
-    handler.setLevel(logging.INFO if verbose else logging.WARNING)
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, handlers=[handler])
+    handler.setFormatter(HumanFormatter(number <= logging.INFO))
+    handler.setLevel(number)
+    logging.basicConfig(level=number, handlers=[handler])
 
 
 @contextlib.contextmanager
@@ -74,3 +84,21 @@ def to_file() -> None:
         old.close()
     root.addHandler(handler)
     root.setLevel(logging.INFO)  # the stderr handler keeps its own WARNING threshold
+
+
+def traceback_to_file(exc: BaseException) -> Path | None:
+    """Write `exc` with its whole traceback (and the errors it replaced) to swarm.log and nowhere else;
+    returns the file, or None where no log file can be written."""
+    if _file_handler() is None:
+        to_file()
+    handler = _file_handler()
+    if handler is None:
+        return None
+    record = logging.LogRecord("swarm_app", logging.ERROR, __file__, 0, "the command ended on %s: %s",
+                               (type(exc).__name__, exc), (type(exc), exc, exc.__traceback__))
+    handler.handle(record)
+    return Path(handler.baseFilename)
+
+
+def _file_handler() -> logging.FileHandler | None:
+    return next((h for h in logging.getLogger().handlers if h.get_name() == LOG_FILE_HANDLER), None)

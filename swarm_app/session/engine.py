@@ -5,7 +5,9 @@ settings (its `swarm.toml`, below every layer the user set), so whatever is load
 reported, uses the values the run uses. `open_engine(...)` then chooses the engine (`--backend`, or the
 best that works here), sizes its threads once, and loads it: with `--backend auto` an engine that is
 installed but broken is skipped for the next one (saying so); an engine the user named is never swapped.
-Engine errors become one-line ModelErrors. Nothing here writes a file.
+Engine errors become one-line ModelErrors, and so does anything else a load raises (a damaged weights
+file surfaces as the file format library's own exception): the line names the model's files and the
+fix, the traceback goes to the log file only. Nothing here writes a file.
 """
 
 from __future__ import annotations
@@ -78,7 +80,7 @@ def open_engine(settings: Settings, hardware: Hardware | None = None, *, trainab
             threads = engine_threads(settings, advice)
             spec = model_spec(settings, model.folder, trainable, model_id=model.model_id, threads=threads)
             try:
-                return OpenedEngine(registry.load(name, spec), name, reason, model, advice, threads, hardware)
+                return OpenedEngine(_load(name, spec, model), name, reason, model, advice, threads, hardware)
             except EngineBroken as exc:
                 if not fallbacks:
                     raise
@@ -87,3 +89,28 @@ def open_engine(settings: Settings, hardware: Hardware | None = None, *, trainab
                 reason = f"fallback: the engine auto chose first does not load ({exc})"
     except BackendError as exc:
         raise ModelError(str(exc)) from None
+
+
+def _load(name: str, spec, model: ResolvedModel) -> Backend:
+    """registry.load, with what no engine anticipated (a damaged file) as a one-line ModelError."""
+    try:
+        return registry.load(name, spec)
+    except BackendError:
+        raise
+    except Exception as exc:
+        log.info("loading %s on the %s engine failed", model.folder, name, exc_info=True)  # the log file keeps it
+        raise ModelError(f"cannot load the model in {model.folder} on the {name} engine ({type(exc).__name__}: "
+                         f"{_first_line(exc)}); {_weights_hint(model)}") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:200] if text else "no message"
+
+
+def _weights_hint(model: ResolvedModel) -> str:
+    """The fix: the model's weight files are the usual suspect once config and tokenizer passed their checks."""
+    weights = sorted(p.name for p in model.folder.glob("*") if p.suffix in (".safetensors", ".bin", ".pt"))
+    files = f"its weights ({', '.join(weights[:3])}{', ...' if len(weights) > 3 else ''})" if weights else "its weights"
+    return (f"{files} may be damaged or incomplete: download or copy the model again, or pass another --model "
+            "(the traceback is in swarm.log)")

@@ -324,7 +324,7 @@ class Session:
                                        trainer.backend.device(), trainer.backend.memory(),
                                        self.engine.machine_line(self.settings), self.hardware.ram_bytes))
         last_saved = last_done = self.next_round - 1
-        reason = "finished"
+        reason, error = "finished", None
         watcher = None
         try:
             await self._join_swarm()
@@ -347,14 +347,14 @@ class Session:
                     last_saved = await self._save(t)
             if self._stopping:
                 reason = "interrupted"
-        except BaseException:
-            reason = "error"
+        except BaseException as exc:
+            reason, error = "error", exc
             raise
         finally:
             if watcher is not None:
                 watcher.cancel()
             if last_done > last_saved:
-                await self._save_at_exit(last_done, reason)
+                await self._save_at_exit(last_done, error)
             if self.peer_node is not None and self.peer_config is not None:
                 await self.peer_node.stop()  # a node the session started; the demo stops its own
             self.events.publish(RunStopped(last_done, reason, str(self.run_dir), self.last_checkpoint))
@@ -426,15 +426,17 @@ class Session:
             log.warning("no peer connected: %s cannot be reached (yet). Training alone and retrying; check "
                         "that the address is right and that the node there runs `swarm run`", ", ".join(bootstrap))
 
-    async def _save_at_exit(self, t: int, reason: str) -> None:
-        """Checkpoint the last completed round on the way out; when the run is already failing, a
-        failed save is logged, not raised over the error that ended the run."""
+    async def _save_at_exit(self, t: int, error: BaseException | None) -> None:
+        """Checkpoint the last completed round on the way out; when the run is already failing (`error`),
+        a failed save is logged, not raised over the error that ended the run; on screen only when it
+        is news (a disk that already failed the run failing again is not: the command prints that line)."""
         try:
             await self._save(t)
         except SwarmError as exc:
-            if reason != "error":
+            if error is None:
                 raise
-            log.warning("%s", exc.message)
+            same = isinstance(error, SwarmError) and error.title == exc.title
+            log.log(logging.INFO if same else logging.WARNING, "%s", exc.message)
 
     async def _save(self, t: int) -> int:
         state = CheckpointState(t, self.metrics_rows, self.trainer.backend.model_id, self.backend_name)
@@ -454,7 +456,13 @@ class Session:
         return await asyncio.get_running_loop().run_in_executor(self._engine_thread, call, *args)
 
     def close(self) -> None:
+        """Let go of the run folder and the engine. A teardown that fails is logged: the run's files are
+        complete by now, and an error that ended the run must stay the one the user reads."""
         self._release_lock()
-        if self.trainer is not None:
-            self.trainer.backend.close()
+        try:
+            if self.trainer is not None:
+                self.trainer.backend.close()
+        except Exception as exc:
+            log.warning("closing the %s engine failed (%s: %s); the run's files are complete", self.backend_name,
+                        type(exc).__name__, exc, exc_info=True)
         self._engine_thread.shutdown(wait=False)

@@ -80,8 +80,9 @@ class SwarmApp(App[int]):
         self.states = [ViewState() for _ in range(nodes)]
         self.selected = 0
         self.subtitle = subtitle
-        self.error: SwarmError | None = None
-        """What ended the run, when the node stopped on an error the user can fix."""
+        self.error: BaseException | None = None
+        """What ended the app when it was not the user: the node's error (one the user can fix, or not) or
+        the app's own. The command raises it once the terminal is back, as one line."""
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -116,11 +117,20 @@ class SwarmApp(App[int]):
     async def run_source(self) -> None:
         try:
             await self.source(lambda event, node=0: self.post_message(SessionEvent(event, node)))
-        except SwarmError as exc:
+        except Exception as exc:  # the node failed: the command says why once the terminal is back
             self.error = exc
-            self.exit(exc.exit_code)
+            self.exit(exc.exit_code if isinstance(exc, SwarmError) else 1)
             return
         self.exit(0)
+
+    def _handle_exception(self, error: Exception) -> None:
+        """Textual's path for an error of its own (a widget's bug): it exits with code 1 and prints a
+        rich traceback of hundreds of lines over the terminal. The app still exits 1; the traceback
+        goes to swarm.log through the command (textual 8: the traceback is one of `_exit_renderables`)."""
+        if self.error is None:
+            self.error = error
+        super()._handle_exception(error)
+        self._exit_renderables.clear()
 
     # --- events in
     @on(SessionEvent)

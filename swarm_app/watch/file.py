@@ -9,6 +9,7 @@ only reads and writes the file; it opens no socket.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import secrets
 from dataclasses import dataclass
@@ -16,6 +17,8 @@ from pathlib import Path
 
 from swarm_app.kernel.errors import UsageError
 from swarm_app.kernel.files import fsync_dir
+
+log = logging.getLogger(__name__)
 
 WATCH_FILE = "watch.json"
 
@@ -59,12 +62,18 @@ def write_watch_file(run_dir: Path, info: WatchInfo) -> Path:
 
 
 def remove_watch_file(run_dir: Path, info: WatchInfo) -> None:
-    """Remove the file if it is still this node's (a node started later in the folder keeps its own)."""
+    """Remove the file if it is still this node's (a node started later in the folder keeps its own).
+    It runs on the way out, often after the error that ended the run (a run folder that turned
+    unwritable): a file that cannot be removed is logged, never raised over that error. Left behind,
+    it is stale and harmless: a watcher finds nothing listening and says so."""
     try:
         if read_watch_file(run_dir).token == info.token:
             watch_file_of(run_dir).unlink(missing_ok=True)
     except UsageError:
         return  # gone already, or not ours to remove
+    except OSError as exc:
+        log.info("could not remove %s (%s); it is stale now and harmless", watch_file_of(run_dir),
+                 exc.strerror or exc, exc_info=True)
 
 
 def read_watch_file(run_dir: Path) -> WatchInfo:

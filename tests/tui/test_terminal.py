@@ -131,3 +131,38 @@ def test_sigterm_stops_the_headless_view_cleanly(tmp_path, env, when):
     events = [json.loads(line) for line in out.splitlines()]
     assert proc.returncode == 0 and "Traceback" not in err
     assert events[-1]["event"] == "RunStopped" and events[-1]["reason"] == "interrupted"
+
+
+@pytest.mark.timeout(300)
+def test_a_damaged_model_in_the_tui_is_one_line_and_exit_2(tmp_path, env):
+    """Issue 29: it was a 755-line traceback and exit 0; the traceback belongs in swarm.log only."""
+    from tests.session.test_one_line_failures import damaged_model
+
+    term = Terminal(swarm_run(tmp_path, "--model", str(damaged_model(tmp_path))), env, size=(400, 30))  # no wrap
+    try:
+        assert exit_code(tmp_path, 120) == 2, term.screen()
+        screen = term.wait_for(lambda t: "swarm: " in t, 30)
+    finally:
+        term.close()
+    said = [line for line in screen.splitlines() if line.strip()]
+    assert len(said) == 1 and said[0].startswith("swarm: ") and "model.safetensors" in said[0], screen
+    assert "Traceback" not in screen
+    assert "Traceback" in (tmp_path / "home" / "log" / "swarm.log").read_text()
+
+
+@pytest.mark.timeout(300)
+def test_q_during_the_demos_final_evaluation_keeps_the_summary(tmp_path, env, stub_model):
+    """Issue 29: `q` after "finished" printed a summary without rows while the final evaluations ran unseen."""
+    swarm = shutil.which("swarm") or f"{sys.executable} -m swarm_app"
+    command = (f"{swarm} demo --nodes 2 --rounds 2 --backend fake --model {stub_model} --out {tmp_path}/demo"
+               f"; echo EXIT=$? > {tmp_path}/exit")
+    term = Terminal(command, {**env, "SWARM_TRAIN_EVAL_N": "12000"}, size=(120, 30))
+    try:
+        term.wait_for(lambda t: re.search(r"final evaluation \d+/12000", t) is not None, 180)
+        term.keys("q")
+        assert exit_code(tmp_path) == 0, term.screen()
+        screen = term.wait_for(lambda t: "cum. total reward" in t, 30)
+    finally:
+        term.close()
+    rows = screen.split("cum. total reward", 1)[1].splitlines()
+    assert sum(re.match(r"\s+[01]\s+fake\s+2\s", line) is not None for line in rows) == 2, screen
