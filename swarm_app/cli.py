@@ -34,9 +34,19 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for command in COMMANDS:
         command.add_parser(commands)
-    for sub in commands.choices.values():
+    for sub in _below(parser):
         add_logging_flags(sub, argparse.SUPPRESS)  # before or after the command: `swarm run -v` as `swarm -v run`
     return parser
+
+
+def _below(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """Every parser under `parser`: the commands', and their subcommands' (`identity import`)."""
+    found = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                found += [sub, *_below(sub)]
+    return found
 
 
 class _Parser(argparse.ArgumentParser):

@@ -171,3 +171,65 @@ def test_the_machine_line_says_when_threads_override_the_advice(stub_model, tmp_
                  "--rounds", "1", "--offline", "--threads", str(given), "--log-format", "json"]) == 0
     started = next(e for e in map(json.loads, capsys.readouterr().out.splitlines()) if e["event"] == "RunStarted")
     assert started["advice"].endswith(f"; running {given} threads as set (model.threads)")
+
+
+# --- issue 29: small CLI traps
+
+
+def every_parser(parser=None):
+    """The top-level parser and every parser below it (commands, and their own subcommands)."""
+    import argparse
+
+    parser = parser or build_parser()
+    found = [parser]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                found += every_parser(sub)
+    return found
+
+
+def test_no_parser_takes_an_abbreviation_for_a_flag(stub_model, tmp_path, capsys):
+    assert all(parser.allow_abbrev is False for parser in every_parser())
+    with pytest.raises(SystemExit) as exit_info:  # `--round 3` once ran as `--rounds 3`
+        main(["run", "--no-ui", "--backend", "fake", "--model", str(stub_model), "--run-dir", str(tmp_path / "run"),
+              "--round", "3"])
+    assert exit_info.value.code == 2 and "unrecognized arguments: --round" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("argv", [["run", "-v"], ["run", "--log-level", "debug"], ["-v", "run"],
+                                  ["--log-level", "info", "doctor"], ["doctor", "--verbose"], ["eval", "--log-level", "warning"]])
+def test_verbose_and_log_level_go_before_or_after_the_command(argv):
+    args = build_parser().parse_args(argv)
+    assert args.command == next(a for a in argv if a in ("run", "doctor", "eval"))
+    assert args.verbose or args.log_level in ("debug", "info", "warning")
+
+
+def test_a_log_level_after_the_command_reaches_stderr():
+    done = swarm("doctor", "--listen", "127.0.0.1:0", "--log-level", "debug", "--json",
+                 env={"SWARM_PEER_ENABLED": "false"})
+    assert done.returncode == 0, done.stderr
+    assert "debug" in done.stderr.lower() or "info" in done.stderr.lower()
+
+
+def test_identity_import_takes_force_before_the_file(tmp_path, capsys):
+    from swarm_app.peer.core.identity import Identity
+
+    assert main(["identity", "show"]) == 0
+    other = tmp_path / "other.pem"
+    other.write_bytes(Identity.generate().to_pem())
+    assert main(["identity", "import", str(other)]) == 2
+    assert "--force" in capsys.readouterr().err
+    assert main(["identity", "import", "--force", str(other)]) == 0
+    assert main(["identity", "import", str(other), "--force"]) == 0
+
+
+def test_eval_shows_progress_while_it_runs(stub_model):
+    import re
+
+    done = swarm("eval", "--backend", "fake", "--model", str(stub_model), "--n", "150", env={"SWARM_PEER_ENABLED": "false"})
+    assert done.returncode == 0, done.stderr
+    assert "held-out accuracy" in done.stdout and "/150" not in done.stdout  # stdout keeps the result only
+    assert [int(n) for n in re.findall(r"(\d+)/150 questions", done.stderr)] == [64, 128, 150]
+    assert "loading" in done.stderr

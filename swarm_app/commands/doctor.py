@@ -1,12 +1,14 @@
 """`swarm doctor`: this machine, the engines that run here and the one chosen, and whether the peers answer.
 
-Owns the flags and the printout; swarm_app/session/doctor.py builds the report.
+Owns the flags and the printout; swarm_app/session/doctor.py builds the report. Exits 1, saying which
+on stderr, when a check it makes fails.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from swarm_app.commands import flags
 
@@ -27,4 +29,9 @@ def main(args: argparse.Namespace) -> int:
 
     report = build_report(settings, detect(), pace=args.pace)
     print(json.dumps(report) if args.json else format_text(report))
+    failed = report["failed"]
+    if failed:
+        checks = f"{len(failed)} check{'s' if len(failed) > 1 else ''} failed"
+        print(f"swarm doctor: {checks}: {'; '.join(failed)}", file=sys.stderr)
+        return 1
     return 0

@@ -19,11 +19,18 @@ if TYPE_CHECKING:
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser("identity", help="this node's key: show, export FILE, import FILE")
-    parser.add_argument("action", choices=("show", "export", "import"),
-                        help="show the node id; export the key to FILE; import the key from FILE")
-    parser.add_argument("file", nargs="?", metavar="FILE", help="key file (PEM) for export and import")
+    actions = parser.add_subparsers(dest="action", metavar="show|export|import", required=True)
+    actions.add_parser("show", help="show the node id")
+    export = actions.add_parser("export", help="write the key to FILE (PEM, mode 0600)")
+    load = actions.add_parser("import", help="make the key in FILE this node's")
+    for sub in (export, load):
+        # nargs="?": a missing FILE gets this command's own one-line error, with an example
+        sub.add_argument("file", nargs="?", metavar="FILE", help="key file (PEM)")
+    # --force before or after FILE (each parser takes what follows its name): `import --force FILE` too
+    load.add_argument("--force", action="store_true", default=argparse.SUPPRESS,
+                      help="replace an existing, different identity")
     parser.add_argument("--force", action="store_true", help="import: replace an existing, different identity")
-    parser.set_defaults(handler=main)
+    parser.set_defaults(handler=main, file=None)
 
 
 def main(args: argparse.Namespace, out: TextIO | None = None, store: IdentityStore | None = None) -> int:

@@ -3,7 +3,9 @@
 Owns the report: hardware, every known engine (installed, usable, why not, the exact install command),
 the engine `auto` picks and the recommended sizing, the model `--model` resolves to, the user paths,
 whether the listen port is free and whether bootstrap peers answer a TCP connect (2 s each, all at
-once). It loads no model and imports no engine's heavy modules, so it answers in about a second; with
+once). `failed` lists the checks that failed (no engine, no model, the listen port of a node that joins
+the swarm taken, no `--peer` answering), each in a few words, so the command can exit non-zero and
+say which. It loads no model and imports no engine's heavy modules, so it answers in about a second; with
 `pace=True` it also loads the model on the chosen engine and times one probe round (1 question x L
 completions, scaled to the recommended I) for a seconds-per-round and rounds-per-hour estimate.
 Must not write anything or change settings; swarm_app/commands/doctor.py prints the report.
@@ -88,7 +90,7 @@ def build_report(settings: Settings, hw: Hardware, pace: bool = False) -> dict:
     except BackendError as exc:
         chosen, reason = None, str(exc)
     advice = sizing.recommend(hw, chosen or "torch")
-    return {
+    report = {
         "hardware": {**asdict(hw), "summary": hardware.describe(hw)},
         "backends": engines,
         "chosen": chosen,
@@ -103,6 +105,25 @@ def build_report(settings: Settings, hw: Hardware, pace: bool = False) -> dict:
         "peers": asyncio.run(_peers(settings.peer.peers)) if settings.peer.peers else [],
         "pace": _pace(settings, hw, resolved) if pace and chosen else PACE_HINT,
     }
+    report["failed"] = failed_checks(report, settings.peer.enabled)
+    return report
+
+
+def failed_checks(report: dict, joins_swarm: bool) -> list[str]:
+    """The checks that failed, each as a few words naming what and why. The listen port counts only
+    for a node that joins the swarm (`--offline` listens nowhere); peers count when none answers."""
+    failed = []
+    if report["chosen"] is None:
+        failed.append(f"no engine runs here ({report['reason']})")
+    if report["model"]["error"]:
+        failed.append(f"model: {report['model']['error']}")
+    listen = report["listen"]
+    if joins_swarm and not listen["free"]:
+        failed.append(f"listen {listen['address']} is not free ({listen['reason']})")
+    peers = report["peers"]
+    if peers and not any(peer["reachable"] for peer in peers):
+        failed.append("no --peer answers (" + "; ".join(f"{p['address']}: {p['reason']}" for p in peers) + ")")
+    return failed
 
 
 def _run_settings(settings: Settings, advice: sizing.Recommendation, model: dict) -> dict:

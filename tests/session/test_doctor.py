@@ -20,10 +20,10 @@ from tests.kernel.test_hardware import X86_CPUINFO, mac_bin, nvidia_bin
 pytest.importorskip("torch")  # the decisions below assume the default install (torch, transformers, peft)
 
 
-def doctor_json(capsys, monkeypatch, sources: Sources | None, *flags: str) -> dict:
+def doctor_json(capsys, monkeypatch, sources: Sources | None, *flags: str, code: int = 0) -> dict:
     if sources is not None:
         monkeypatch.setattr(hardware, "live_sources", lambda: sources)
-    assert main(["doctor", "--json", *flags]) == 0
+    assert main(["doctor", "--json", *flags]) == code  # 1: a check failed
     return json.loads(capsys.readouterr().out)
 
 
@@ -105,7 +105,7 @@ def test_listen_port_and_bootstrap_peers(tmp_path, capsys, monkeypatch):
 
 
 def test_a_free_listen_port_and_a_missing_model(capsys, monkeypatch, tmp_path):
-    report = doctor_json(capsys, monkeypatch, None, "--listen", "127.0.0.1:0", "--model", str(tmp_path / "none"))
+    report = doctor_json(capsys, monkeypatch, None, "--listen", "127.0.0.1:0", "--model", str(tmp_path / "none"), code=1)
     assert report["listen"]["free"] is True
     assert report["model"]["folder"] is None and "does not exist" in report["model"]["error"]
 
@@ -126,7 +126,8 @@ def test_pace_times_probe_rounds_on_the_chosen_engine(capsys, monkeypatch):
 
 
 def test_pace_without_a_model_says_why_not(capsys, monkeypatch, tmp_path):
-    report = doctor_json(capsys, monkeypatch, None, "--listen", "127.0.0.1:0", "--pace", "--model", str(tmp_path / "none"))
+    report = doctor_json(capsys, monkeypatch, None, "--listen", "127.0.0.1:0", "--pace", "--model", str(tmp_path / "none"),
+                         code=1)
     assert report["pace"].startswith("not probed:") and "does not exist" in report["pace"]
 
 
@@ -165,3 +166,24 @@ def test_a_peer_on_a_newer_protocol_says_how_to_update(capsys, monkeypatch):
     peer = report["peers"][0]
     assert peer["reachable"] and peer["protocol"] == 2 and peer["software"] == "swarm-app/9.0.0"
     assert "protocol v2" in peer["update"] and "install.sh" in peer["update"]
+
+
+def test_doctor_exits_1_and_says_which_check_failed(capsys, monkeypatch):
+    """Issue 29: it exited 0 with the listen port taken and every peer unreachable."""
+    monkeypatch.setenv("SWARM_PEER_ENABLED", "true")  # a node that joins the swarm: its port is a check
+    with socket.socket() as busy, socket.socket() as closed:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        closed.bind(("127.0.0.1", 0))
+        gone = f"127.0.0.1:{closed.getsockname()[1]}"
+        closed.close()
+        taken = f"127.0.0.1:{busy.getsockname()[1]}"
+        assert main(["doctor", "--listen", taken]) == 1
+        said = capsys.readouterr().err.strip().splitlines()
+        assert len(said) == 1 and said[0].startswith(f"swarm doctor: 1 check failed: listen {taken} is not free ("), said
+        assert main(["doctor", "--listen", "127.0.0.1:0", "--peer", gone]) == 1
+        err = capsys.readouterr().err
+        assert f"no --peer answers ({gone}: " in err and "check failed" in err
+        assert main(["doctor", "--listen", "127.0.0.1:0", "--peer", gone, "--peer", taken]) == 0  # one answers
+    assert main(["doctor", "--listen", "127.0.0.1:0"]) == 0
+    assert capsys.readouterr().err == ""
