@@ -56,12 +56,24 @@ TABLE_SAVE_S = 300.0
 Listener = Callable[[PoolEntry, bool], None]
 
 
+SEND_TOTAL_BYTES = 32 * 1024 * 1024
+"""Bytes waiting for all peers together: beyond it the link with the most waiting is dropped. Without it 72
+links (64 in, 8 out) of peers that read just fast enough to pass the write timeout could hold 8 MiB each."""
+
+
 @dataclass
 class Link:
+    """One established websocket: its send queue (SEND_QUEUE messages, SEND_QUEUE_BYTES at most) and the
+    writer task that empties it, each send within request_timeout_s. A peer whose queue overflows, or
+    that takes longer than that to accept a message, has stopped reading: its connection is cut off
+    (RST), its queue emptied, so that nothing it did not read stays in memory."""
+
     ws: Any
     queue: asyncio.Queue
     writer: asyncio.Task | None = None
     queued_bytes: int = 0
+    dropped: bool = False
+    """Cut off for not reading: no bye, no close handshake (they would wait behind what it did not read)."""
 
 
 class PeerNode:
@@ -299,18 +311,28 @@ class PeerNode:
 
     def _send(self, conn: int, message: dict) -> None:
         link = self._links.get(conn)
-        if link is None:
+        if link is None or link.dropped:
             return
         text = encode(message)
-        if link.queued_bytes + len(text) > SEND_QUEUE_BYTES:
-            self.core.count("send_dropped")
-            return
-        try:
+        if link.queued_bytes + len(text) > SEND_QUEUE_BYTES or link.queue.full():
+            slowest = link  # it has stopped reading: drop the peer, not just this message
+        elif sum(other.queued_bytes for other in self._links.values()) + len(text) > SEND_TOTAL_BYTES:
+            slowest = max(self._links.values(), key=lambda other: other.queued_bytes)
+        else:
             link.queue.put_nowait(text)
-        except asyncio.QueueFull:
-            self.core.count("send_dropped")
+            link.queued_bytes += len(text)
             return
-        link.queued_bytes += len(text)
+        self.core.count("send_dropped")
+        log.info("a peer stopped reading (%d messages, %d bytes waiting): disconnected", slowest.queue.qsize(),
+                 slowest.queued_bytes)
+        slowest.dropped = True
+        while not slowest.queue.empty():  # freed now; the writer's finally cuts the connection
+            slowest.queue.get_nowait()
+        slowest.queued_bytes = 0
+        if slowest.writer is not None:
+            slowest.writer.cancel()
+        if slowest is not link:  # room was made for this message (at most one drop per link: this ends)
+            self._send(conn, message)
 
     def _close(self, conn: int, reason: str) -> None:
         link = self._links.get(conn)
@@ -320,9 +342,10 @@ class PeerNode:
             if reason:
                 link.queue.put_nowait(encode({"t": "bye", "reason": reason}))
             link.queue.put_nowait(None)
-        except asyncio.QueueFull:
+        except asyncio.QueueFull:  # no room for a bye: it is not reading anyway
+            link.dropped = True
             if link.writer is not None:
-                link.writer.cancel()  # its finally closes the socket
+                link.writer.cancel()  # its finally empties the queue and cuts the connection
 
     # --- connections
 
@@ -387,15 +410,31 @@ class PeerNode:
             self._close(conn, "internal error")
 
     async def _writer(self, link: Link) -> None:
+        polite = False
         try:
             while (text := await link.queue.get()) is not None:
                 link.queued_bytes -= len(text)
                 async with asyncio.timeout(self.config.request_timeout_s):  # a peer that stops reading is dropped
                     await link.ws.send_str(text)
+            polite = not link.dropped  # a close asked for (bye sent, or none to send): the close handshake
         except (ConnectionError, TimeoutError, aiohttp.ClientError) as exc:
             log.debug("send failed: %r", exc)
         finally:
-            await link.ws.close()
+            while not link.queue.empty():  # what it will never be sent is freed now, not with the link
+                link.queue.get_nowait()
+            link.queued_bytes = 0
+            try:
+                if polite:  # aiohttp's close waits for the peer's close frame, unbounded while it drains ours
+                    async with asyncio.timeout(self.config.request_timeout_s):
+                        await link.ws.close()
+            except (ConnectionError, TimeoutError, aiohttp.ClientError):
+                polite = False
+            except BaseException:  # cancelled mid-close: aiohttp would leave a graceful close flushing forever
+                polite = False
+                raise
+            finally:
+                if not polite:  # RST: asyncio's buffer and the kernel's send queue are freed at once
+                    server.abort_websocket(link.ws)
 
     async def _fetch_peers(self, addr: str) -> None:
         assert self._session is not None

@@ -5,20 +5,31 @@ Routes: GET /rsp/v1/info, /rsp/v1/peers, /rsp/v1/sample (HTTP fallback pull), /r
 HTTP/websocket and the node: every decision is the node core's. No request body is ever read, so
 client_max_size is tiny; websocket messages are capped at 1 MiB, uncompressed (no inflate bombs).
 Background tasks belong to the app (cleanup_ctx) and are cancelled on cleanup.
+
+Output budgets (`OutputBudget`): a /sample answer (up to 1 MiB) counts its bytes as "in flight" from when
+it is built until the client has taken all but the socket's small send buffer of it. Beyond 16 MiB in
+flight in all, or 2 MiB for one client address, the answer is 503; one not drained within 10 s is cut
+off (RST: asyncio's and the kernel's buffers are freed at once). So clients that ask and never read pin
+at most ~16 MiB of answers plus 256 KiB of kernel buffer per connection, and only for 10 s; they get
+nothing else from this module, which decides nothing about the protocol.
 """
 
 from __future__ import annotations
 
 import asyncio
 import ipaddress
+import json
 import logging
+import socket
 import time
+from collections import Counter
 from typing import Any, AsyncIterator, Callable, Protocol
 
 import aiohttp
 from aiohttp import web
 
 from swarm_app import __version__
+from swarm_app.kernel.gate import abort_transport
 from swarm_app.peer.core.identity import Identity, b64url
 from swarm_app.peer.core.messages import HandshakeError, Hello, MessageError, ServerHandshake, decode_frame, encode
 from swarm_app.peer.core.protocol import NodeCore
@@ -51,8 +62,49 @@ class ServedNode(Protocol):
                     rtt_s: float | None = None) -> None: ...
 
 
+SAMPLE_BYTES_IN_FLIGHT = 16 * 1024 * 1024
+"""/sample answer bytes not yet drained, all clients together: 16 answers of the largest size (1 MiB), as
+many HTTP-fallback peers pulling at the same instant as a node with 64 inbound websockets would see."""
+SAMPLE_BYTES_PER_IP = 2 * 1024 * 1024
+"""The same per client address: two full answers (two peers behind one NAT pulling at once)."""
+SAMPLE_WRITE_TIMEOUT_S = 10.0
+"""An answer not drained by then is cut off: 1 MiB in 10 s is 100 KiB/s, a slow but working link."""
+SAMPLE_SNDBUF = 256 * 1024
+"""Kernel send buffer of a connection that gets a /sample answer (Linux books twice this). Loopback
+autotuning grows it to 4 MiB, which would take a whole answer off the budget's books while it still sits
+in the kernel; 256 KiB carries 1.25 MiB/s at a 200 ms round trip."""
+
+
+class OutputBudget:
+    """Bytes of answers in flight, in all and per client address; see the module docstring."""
+
+    def __init__(self, total: int, per_ip: int) -> None:
+        self.total, self.per_ip = total, per_ip
+        self.used = 0
+        self.by_ip: Counter[str] = Counter()
+        self.refused = 0
+        """Answers refused with 503 (the core's counters are its own: these live here)."""
+        self.cut_off = 0
+        """Answers aborted at the write timeout."""
+
+    def take(self, ip: str, size: int) -> bool:
+        if self.used + size > self.total or self.by_ip[ip] + size > self.per_ip:
+            self.refused += 1
+            return False
+        self.used += size
+        self.by_ip[ip] += size
+        return True
+
+    def give(self, ip: str, size: int) -> None:
+        self.used -= size
+        self.by_ip[ip] -= size
+        if self.by_ip[ip] <= 0:
+            del self.by_ip[ip]
+
+
 NODE: web.AppKey[ServedNode] = web.AppKey("rsp_node")
 HTTP_LIMITS: web.AppKey[BucketMap[str]] = web.AppKey("rsp_http_limits", BucketMap)
+OUTPUT: web.AppKey[OutputBudget] = web.AppKey("rsp_output", OutputBudget)
 PREFIX = "/rsp/v1"
 MAX_REQUEST_BYTES = 4096
 
@@ -61,6 +113,7 @@ def create_app(node: ServedNode) -> web.Application:
     app = web.Application(client_max_size=MAX_REQUEST_BYTES)
     app[NODE] = node
     app[HTTP_LIMITS] = BucketMap(node.config.http_rate, node.config.http_burst, capacity=4096)
+    app[OUTPUT] = OutputBudget(SAMPLE_BYTES_IN_FLIGHT, SAMPLE_BYTES_PER_IP)
     app.router.add_get(f"{PREFIX}/info", info)
     app.router.add_get(f"{PREFIX}/peers", peers)
     app.router.add_get(f"{PREFIX}/sample", sample)
@@ -111,7 +164,43 @@ async def sample(request: web.Request) -> web.Response:
             have[author[:64]] = int(ts)
     except ValueError:
         return web.json_response({"error": "max must be an integer; have is AUTHOR.TS,..."}, status=400)
-    return web.json_response({"items": node.core.serve_http_sample(have, limit, node.clock())})
+    body = json.dumps({"items": node.core.serve_http_sample(have, limit, node.clock())}).encode()
+    budget, ip = request.app[OUTPUT], request.remote or "?"
+    if not budget.take(ip, len(body)):
+        return web.json_response({"error": "busy: too many answers in flight; try again later"}, status=503,
+                                 headers={"Retry-After": "10"})
+    try:
+        return await send_bounded(request, body, budget)
+    finally:
+        budget.give(ip, len(body))
+
+
+async def send_bounded(request: web.Request, body: bytes, budget: OutputBudget) -> web.Response:
+    """Write `body` as the answer; a client that has not taken it within SAMPLE_WRITE_TIMEOUT_S is cut off."""
+    response = web.Response(body=body, content_type="application/json")
+    transport = request.transport
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    if sock is not None:
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SAMPLE_SNDBUF)
+        except OSError:  # not fatal: the write timeout still bounds how long the answer is held
+            pass
+    try:
+        async with asyncio.timeout(SAMPLE_WRITE_TIMEOUT_S):
+            await response.prepare(request)
+            await response.write_eof()
+    except TimeoutError:
+        budget.cut_off += 1
+        log.debug("a /sample answer was not taken within %.0f s: connection from %s cut off",
+                  SAMPLE_WRITE_TIMEOUT_S, request.remote)
+        abort_transport(transport)
+    return response  # aiohttp's own write_eof after this is a no-op, or a quiet ConnectionError when cut off
+
+
+def abort_websocket(ws: Any) -> None:
+    """Cut a websocket's TCP connection now, server or client side (kernel/gate.py abort_transport): for a
+    peer that stopped reading, whose close frame would wait behind everything it has not read."""
+    abort_transport(getattr(getattr(ws, "_writer", None), "transport", None))  # aiohttp keeps it there, both sides
 
 
 async def websocket(request: web.Request) -> web.StreamResponse:

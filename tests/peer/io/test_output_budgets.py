@@ -1,0 +1,81 @@
+"""Output budgets on a real node on loopback: a client that asks for big answers and does not read them
+must not pin the node's memory.
+
+- HTTP: slow readers of GET /rsp/v1/sample from one address get 503 beyond the per-address budget of
+  answer bytes in flight, and an answer not drained within the write timeout is cut off (RST), while an
+  honest client from another address is answered.
+- Websocket: a peer that completes the hello, pulls far more than its send queue holds and reads nothing
+  is dropped, and its connection closed (its buffers freed), within seconds.
+The same over 60 s with RSS measured: the slow test at the end and benchmarks/slow_readers.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+
+import pytest
+
+from swarm_app.peer.core.identity import Identity
+from swarm_app.peer.io import server
+from tests.peer.io.test_connections import running, soft_descriptor_limit_at_least
+from tests.peer.slow_clients import RawWebsocket, SlowHttpReader, fill_pool, sample_size
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="needs 127.x.y.z source addresses (Linux)")
+
+ATTACKER = "127.0.0.2"
+
+
+async def wait_for(predicate, seconds: float) -> bool:
+    for _ in range(int(seconds / 0.05)):
+        if predicate():
+            return True
+        await asyncio.sleep(0.05)
+    return predicate()
+
+
+async def test_slow_sample_readers_get_503_beyond_the_budget_and_are_cut_off(monkeypatch):
+    monkeypatch.setattr(server, "SAMPLE_WRITE_TIMEOUT_S", 2.0, raising=False)
+    async with running(header_timeout_s=30.0) as node:  # the idle timeout is not what closes them here
+        items, size = await fill_pool(node.address)
+        readers = [await SlowHttpReader(node.address, ATTACKER).open() for _ in range(6)]
+        await asyncio.sleep(0.5)
+        honest = await sample_size(node.address, "127.0.0.3")
+        statuses = await asyncio.gather(*(r.status(2.0) for r in readers))
+        await asyncio.sleep(2.5)  # past the write timeout, and nothing more read
+        ends = await asyncio.gather(*(r.drain_all(3.0) for r in readers))
+        for r in readers:
+            r.close()
+        budget = node._runners[0].app.get(server.OUTPUT) if hasattr(server, "OUTPUT") else None
+        settled = await wait_for(lambda: budget is not None and budget.used == 0, 2.0)
+    print(f"\nanswers of {items} items, {size} bytes; slow readers: {statuses}, then {ends}; honest: {honest}")
+    assert statuses.count(503) >= 3 and statuses.count(200) >= 1, statuses
+    cut = [got for (got, end), status in zip(ends, statuses) if status == 200 and end != "open" and got < size]
+    assert len(cut) == statuses.count(200), ends  # every answer in flight was cut off, not sent in full
+    assert honest[0] >= 16 and settled
+
+
+@pytest.mark.parametrize("pulls", [40, 8], ids=["queue-overflow", "write-timeout"])
+async def test_a_websocket_peer_that_stops_reading_is_dropped_and_its_connection_freed(pulls):
+    """40 answers of ~1 MiB overflow its 8 MiB send queue: dropped at once. 8 fit in the queue but not in
+    the socket buffers: the write timeout (2 s here) drops it."""
+    with soft_descriptor_limit_at_least(1024):
+        async with running(request_timeout_s=2.0) as node:
+            await fill_pool(node.address)
+            open_before = node.gate.open
+            ws = await RawWebsocket.connect(node.address, ATTACKER)
+            await ws.hello(Identity.generate())
+            assert await wait_for(lambda: len(node._links) == 1, 5.0)
+            started = time.monotonic()
+            for i in range(pulls):
+                ws.send({"t": "pull", "id": i, "max": 64, "have": {}})
+            dropped = await wait_for(lambda: not node._links, 10.0)
+            took = time.monotonic() - started
+            freed = await wait_for(lambda: node.gate.open == open_before, 5.0)
+            counters = dict(node.core.counters)
+            ws.abort()
+    print(f"\nslow websocket reader of {pulls} answers dropped after {took:.1f} s; counters {json.dumps(counters)}")
+    assert dropped and took < 8.0, "the peer that stopped reading is still connected"
+    assert freed, "its TCP connection is still open on the node"
