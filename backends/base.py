@@ -218,5 +218,10 @@ class Backend(ABC):
         """Where the engine computes ("cpu", "cuda:0", ...), for the views."""
         return "cpu"
 
+    def set_threads(self, threads: int) -> bool:
+        """Compute on `threads` CPU threads from the next call on (the caller measures which count is fastest
+        now). False where the engine cannot change it while loaded: then its load-time count stays."""
+        return False
+
     def close(self) -> None:
         """Release the model."""

@@ -86,6 +86,12 @@ class BatchedDecoder:
         """The llama_model pointer (for llama_adapter_lora_init)."""
         return self._model
 
+    def set_threads(self, threads: int) -> None:
+        """Threads for the next decode calls (llama_set_n_threads on a live context, else at its creation)."""
+        self._threads = max(1, threads)
+        if self._ctx is not None:
+            self._lib.llama_set_n_threads(self._ctx, self._threads, self._threads)
+
     def set_adapter(self, adapter) -> None:
         """Attach `adapter` (a llama_adapter_lora pointer, or None) at scale 1 to this and every later context."""
         self._adapter = adapter

@@ -155,6 +155,13 @@ class LlamaCppBackend(Backend):
             llama_cpp.llama_adapter_lora_free(self._adapter)
             self._adapter = None
 
+    def set_threads(self, threads: int) -> bool:
+        """llama.cpp's decode threads and the torch update's."""
+        self._trainer.set_threads(threads)
+        if self._decoder is not None:
+            self._decoder.set_threads(threads)
+        return True
+
     def memory(self) -> int:
         return self._trainer.memory() + (self._decoder.model_size() if self._decoder is not None else 0)
 

@@ -310,6 +310,13 @@ class TorchBackend(GrpoEngine):
     def device(self) -> str:
         return str(self._device) if self._device is not None else "cpu"
 
+    def set_threads(self, threads: int) -> bool:
+        """torch's intra-op pool (process-wide); on a GPU the count only matters for the few CPU-side ops."""
+        import torch
+
+        torch.set_num_threads(max(1, threads))
+        return True
+
     def memory(self) -> int:
         if self._model is None:
             return 0
