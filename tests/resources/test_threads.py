@@ -1,0 +1,51 @@
+"""The adaptive thread count, sans-IO: a simulated machine whose speed per thread count changes."""
+
+from __future__ import annotations
+
+from swarm_app.resources.threads import ThreadTuner, candidates
+
+
+def run(tuner: ThreadTuner, seconds_for, rounds: int, work: float = 1000.0) -> list[int]:
+    """Drive `rounds` rounds; `seconds_for(threads, round)` is how long a round takes. The session asks
+    `abort_probe` during a round: here once, at the time the round would end."""
+    used = []
+    for r in range(rounds):
+        threads = tuner.threads
+        seconds = seconds_for(threads, r)
+        if tuner.abort_probe(seconds):
+            seconds = tuner.abort_after * 1.0  # cut short: the rest of the round on the best count
+        used.append(threads)
+        tuner.record(work, seconds)
+    return used
+
+
+def test_candidates():
+    assert candidates(1) == [1] and candidates(2) == [1, 2] and candidates(6) == [1, 2, 4, 6] and candidates(8) == [1, 2, 4, 8]
+
+
+def test_an_idle_machine_settles_on_every_core():
+    tuner = ThreadTuner(2)
+    used = run(tuner, lambda t, r: 1.0 if t == 2 else 1.6, 100)
+    assert tuner.best == 2 and used[0] == 1  # starts safe, moves up after one trial round
+    assert used[2:].count(1) <= 5  # re-checks one round in 25
+
+
+def test_a_busy_machine_stays_on_one_thread_and_a_bad_probe_is_cut_short():
+    tuner = ThreadTuner(2)
+    run(tuner, lambda t, r: 1.0 if t == 1 else 40.0, 100)  # 2 threads stall 40x behind a busy sibling
+    assert tuner.best == 1
+    assert tuner.probes <= 5  # the first trial and one in 25 rounds
+
+
+def test_it_follows_the_machine_when_a_load_starts():
+    tuner = ThreadTuner(2)
+    used = run(tuner, lambda t, r: (1.0 if t == 2 else 1.6) if r < 50 else (1.0 if t == 1 else 20.0), 100)
+    assert used[45] == 2 and tuner.best == 1
+    assert used[-40:].count(2) <= 2  # noticed within a round or two, not after the next scheduled probe
+
+
+def test_more_cores_find_the_middle():
+    tuner = ThreadTuner(8)
+    speed = {1: 1.0, 2: 1.8, 4: 3.0, 8: 2.0}  # hyperthreads and a busy neighbour: 4 is best
+    run(tuner, lambda t, r: 1.0 / speed[t], 200)
+    assert tuner.best == 4
