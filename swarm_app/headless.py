@@ -13,6 +13,7 @@ import sys
 from typing import TextIO
 
 from swarm_app.kernel.events import (
+    EvaluationFinished,
     Event,
     ModelLoading,
     RoundFinished,
@@ -51,8 +52,9 @@ class HeadlessView:
         if isinstance(event, RunStarted):
             self.total_rounds = event.total_rounds
             until = f"up to round {event.total_rounds}" if event.total_rounds else "until stopped (Ctrl-C)"
+            network = "offline (no peers: nothing shared or received)" if event.offline else "joining the swarm"
             line = (f"run {event.run_dir}: model {event.model_id} on {event.backend} ({event.backend_reason}); "
-                    f"tasks {event.preset}; starting at round {event.start_round}, {until}")
+                    f"tasks {event.preset}; {network}; starting at round {event.start_round}, {until}")
             return line + (f"\nmachine: {event.advice}" if event.advice else "")
         if isinstance(event, RoundFinished):
             return format_round(event.metrics, self.total_rounds)
@@ -60,6 +62,8 @@ class HeadlessView:
             return f"swarm: node {event.node_id} listening on {event.address}"
         if isinstance(event, RunStopped):
             return format_stop(event)
+        if isinstance(event, EvaluationFinished) and event.kind != "scheduled":  # a scheduled one is on the round line
+            return format_evaluation(event)
         return _short_line(event)
 
     def _write(self, line: str) -> None:
@@ -80,9 +84,16 @@ def _short_line(event: Event) -> str:
         return "resumed"
     if isinstance(event, SharingChanged):
         return "sharing own rollouts" if event.sharing else "not sharing own rollouts (still receiving)"
-    # Not printed: evaluations (the round line carries held-out accuracy and eval time) and peers coming
-    # and going (rotation every minute); the JSON format has them.
+    # Not printed: scheduled evaluations (the round line carries held-out accuracy and eval time) and
+    # peers coming and going (rotation every minute); the JSON format has them.
     return ""
+
+
+def format_evaluation(e: EvaluationFinished) -> str:
+    what = {"baseline": "the untouched model (baseline)", "final": f"after the last round ({e.round})",
+            "requested": f"after round {e.round}, as asked"}.get(e.kind, f"after round {e.round}")
+    on = f" on {e.n} questions" if e.n else ""
+    return f"held-out evaluation, {what}: accuracy {e.accuracy:.3f}{on} ({e.seconds:.1f}s)"
 
 
 def format_round(m: RoundMetrics, total: int) -> str:

@@ -77,7 +77,8 @@ def _run_in_tui(settings, nodes: int, out_dir: Path, backends: tuple[str, ...]) 
             controls[index] = session
             session.subscribe(lambda event: deliver(event, index))
 
-        summaries.extend(await run_demo_swarm(settings, nodes, out_dir, on_session=on_session, backends=backends))
+        # filled in place as the nodes go: `q` during the final evaluations still leaves every node's row
+        await run_demo_swarm(settings, nodes, out_dir, on_session=on_session, backends=backends, summaries=summaries)
         if not any(session.stopping for session in controls.values()):
             await asyncio.Event().wait()  # the demo ran to its end: keep the picture until q
 

@@ -1,12 +1,14 @@
 """`swarm eval`: held-out accuracy of a model (and optionally a trained adapter) with greedy decoding.
 
-Owns the flags and the printout; swarm_app/session/evaluate.py loads and scores.
+Owns the flags and the printout (progress on stderr while it runs); swarm_app/session/evaluate.py loads
+and scores.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from swarm_app.commands import flags
@@ -38,7 +40,7 @@ def main(args: argparse.Namespace) -> int:
     logs.to_file()  # a model that fails to load leaves its traceback there
 
     report = run_eval(settings, Path(args.adapter) if args.adapter else None, args.n,
-                      detect_hardware(settings.model.backend), args.samples)
+                      detect_hardware(settings.model.backend), args.samples, say=_progress)
     result = report.result
     if args.json:
         print(json.dumps(report.to_dict()))
@@ -54,3 +56,8 @@ def main(args: argparse.Namespace) -> int:
             for name, reward in sampled.per_task.items():
                 print(f"  {name:28s} {reward:.3f}")
     return 0
+
+
+def _progress(line: str) -> None:
+    """While it runs: lines on stderr (stdout keeps the result, `--json` included)."""
+    print(f"eval: {line}", file=sys.stderr, flush=True)

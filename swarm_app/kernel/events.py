@@ -101,6 +101,8 @@ class RunStarted(Event):
     """The hardware recommendation (threads, model size, batch) and why."""
     ram_total_bytes: int = 0
     """This machine's memory (0: not probed, e.g. for the fake engine)."""
+    offline: bool = False
+    """The node trains alone: no peer node, nothing shared or received (`--offline`)."""
 
 
 @dataclass(frozen=True)
@@ -130,10 +132,29 @@ class RoundFinished(Event):
     metrics: RoundMetrics
 
 
+EVALUATION_KINDS = ("scheduled", "requested", "baseline", "final")
+"""Why a held-out evaluation ran: every train.eval_every rounds (its result is on the round's row), `e` in
+the TUI, the untouched model before `swarm demo` trains, and `swarm demo`'s evaluation after its last round.
+All but "scheduled" are rows of their own in metrics.jsonl (training/metrics_log.py)."""
+
+
 @dataclass(frozen=True)
 class EvaluationStarted(Event):
     round: int
+    """The last completed round (0: the untouched model)."""
     n: int
+    kind: str = "scheduled"
+
+
+@dataclass(frozen=True)
+class EvaluationProgress(Event):
+    """Held-out questions answered so far in the evaluation under way."""
+
+    replaceable: ClassVar[bool] = True
+    round: int
+    done: int
+    total: int
+    kind: str = "scheduled"
 
 
 @dataclass(frozen=True)
@@ -142,6 +163,9 @@ class EvaluationFinished(Event):
     accuracy: float
     per_task: dict[str, float] = field(default_factory=dict)
     seconds: float = 0.0
+    kind: str = "scheduled"
+    n: int = 0
+    """Held-out questions scored (0: not said, from a node of an earlier version)."""
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import logging
 import time
 from typing import Callable
 
-from swarm_app.kernel.events import Event, LogRecorded, PhaseProgress, RunStopped
+from swarm_app.kernel.events import Event, LogRecorded, RunStopped
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ class EventBus:
 
     def _too_soon(self, event: Event) -> bool:
         now = time.monotonic()
-        final = isinstance(event, PhaseProgress) and event.done >= event.total
+        final = getattr(event, "done", 0) >= getattr(event, "total", 1)  # progress events: the last step always shows
         if not final and now - self._last_sent.get(type(event), -1e9) < self.min_interval_s:
             return True
         self._last_sent[type(event)] = now

@@ -1,9 +1,14 @@
-"""`swarm eval`: load a model (and optionally an adapter) through the run's code path and score it."""
+"""`swarm eval`: load a model (and optionally an adapter) through the run's code path and score it.
+
+`say(line)` hears what happens while it runs (the engine loading, questions answered so far): an
+evaluation of 200 questions takes a minute on a CPU, and the command shows that it is under way.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from backends.adapter_convert import adapter_shape
 from backends.base import BackendError, Hardware, Sampling
@@ -34,7 +39,8 @@ class EvalReport:
         return f"model {self.model}, {adapter}"
 
 
-def run_eval(settings: Settings, adapter: Path | None, n: int, hardware: Hardware, samples: int = 0) -> EvalReport:
+def run_eval(settings: Settings, adapter: Path | None, n: int, hardware: Hardware, samples: int = 0,
+             say: Callable[[str], None] = lambda line: None) -> EvalReport:
     """Greedy held-out accuracy on `n` questions; with `samples` > 0 also their mean reward over that many
     completions each at the rollout settings (temperature, top_p, length) of `settings`."""
     specs = tasks.preset(settings.tasks.preset)
@@ -46,17 +52,23 @@ def run_eval(settings: Settings, adapter: Path | None, n: int, hardware: Hardwar
         raise ModelError(str(exc)) from None
     if shape is not None:  # eval never trains: the adapter's own shape, whatever the LoRA settings say
         settings.lora.rank, settings.lora.alpha = shape
-    backend = open_engine(settings, hardware, trainable=False, model=model).backend
+    backend = open_engine(settings, hardware, trainable=False, model=model,
+                          on_attempt=lambda name: say(f"loading {model.model_id} on the {name} engine")).backend
     refs = tasks.heldout(specs, n)
     m = settings.model
+
+    def answered(what: str):
+        return lambda done, total: say(f"{what}: {done}/{total} questions")
+
     try:
         if adapter_dir is not None:
             backend.load_adapter(adapter_dir)
         sampled = None
         if samples > 0:
             rollout = Sampling(max_new_tokens=m.max_new_tokens, temperature=m.temperature, top_p=m.top_p, seed=0)
-            sampled = sampled_reward(backend, refs, rollout, samples)
-        return EvalReport(evaluate(backend, refs, m.max_new_tokens), model.folder, adapter_dir, sampled)
+            sampled = sampled_reward(backend, refs, rollout, samples, answered=answered(f"{samples} samples each"))
+        greedy = evaluate(backend, refs, m.max_new_tokens, answered=answered("greedy"))
+        return EvalReport(greedy, model.folder, adapter_dir, sampled)
     except BackendError as exc:
         raise ModelError(str(exc)) from None
     finally:

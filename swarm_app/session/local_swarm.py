@@ -3,7 +3,10 @@
 Each node is a full Session (own run folder, seed, throwaway identity) whose exchange is a peer node
 of `swarm_app.peer.io.local_nodes.local_swarm`; they find each other through the first node and peer
 exchange. It prints nothing: the caller subscribes a view to each session (`on_session`), and
-`format_summary` is the final table per node.
+`format_summary` is the final table per node. Node 0 first scores the untouched model on the held-out
+items (the baseline row of the summary); every node that finishes scores itself on the same items. The
+summaries fill in as the nodes go, in a list the caller may hold, so a demo quit half way still has
+its rows.
 """
 
 from __future__ import annotations
@@ -36,6 +39,9 @@ class NodeSummary:
     used: int = 0
     error: str = ""
     """Why the node stopped early ("" when it ran to the end)."""
+    baseline_acc: float | None = None
+    """Node 0 only: the untouched model's held-out accuracy on the same items."""
+    heldout_n: int = 0
 
 
 def node_settings(base: Settings, index: int, out_dir: Path, backends: tuple[str, ...] = ()) -> Settings:
@@ -57,12 +63,13 @@ def default_out_dir() -> Path:
 
 async def run_demo_swarm(base: Settings, nodes: int, out_dir: Path,
                          on_session: Callable[[int, Session], None] | None = None,
-                         backends: tuple[str, ...] = ()) -> list[NodeSummary]:
+                         backends: tuple[str, ...] = (), summaries: list[NodeSummary] | None = None) -> list[NodeSummary]:
     """Run the demo; `on_session(index, session)` is called as each node's session is made (a view
-    subscribes there)."""
+    subscribes there). `summaries`: the list to fill (one per node, as they go); a new one by default."""
     from swarm_app.peer.io.local_nodes import run_demo  # deferred: aiohttp
 
-    summaries = [NodeSummary(i) for i in range(nodes)]
+    summaries = summaries if summaries is not None else []
+    summaries[:] = [NodeSummary(i) for i in range(nodes)]
     sessions: list[Session] = []
     # Models load one at a time: transformers' lazy imports are not thread-safe (two threads importing
     # AutoModelForCausalLM at once made one fail with ImportError), and it bounds the memory peak.
@@ -81,7 +88,8 @@ async def run_demo_swarm(base: Settings, nodes: int, out_dir: Path,
                 summary.total_reward += m.reward_local_sum + m.reward_external_sum
                 summary.used += m.n_external
 
-        session = Session(node_settings(base, index, out_dir, backends), exchange=node, on_event=on_event, fresh=True)
+        session = Session(node_settings(base, index, out_dir, backends), exchange=node, on_event=on_event, fresh=True,
+                          baseline=index == 0, final_evaluation=True)
         sessions.append(session)
         if on_session is not None:
             on_session(index, session)
@@ -89,9 +97,11 @@ async def run_demo_swarm(base: Settings, nodes: int, out_dir: Path,
             async with opening:
                 await asyncio.to_thread(session.open)
             summary.engine = session.backend_name
-            await session.run()
-            if session.trainer is not None and not session.stopping:  # a stopped demo ends without one
-                summary.heldout_acc = (await session.on_engine(session.trainer.evaluate)).accuracy
+            await session.run()  # with its evaluations: none when the demo was stopped first
+            for result, field in ((session.baseline_result, "baseline_acc"), (session.final_result, "heldout_acc")):
+                if result is not None:
+                    setattr(summary, field, result.accuracy)
+                    summary.heldout_n = result.n
         except Exception as exc:  # one node's failure is shown in the summary; the others go on
             summary.error = f"{type(exc).__name__}: {exc}"
             raise
@@ -108,7 +118,12 @@ async def run_demo_swarm(base: Settings, nodes: int, out_dir: Path,
 
 
 def format_summary(summaries: list[NodeSummary]) -> str:
+    """One row per node; first, where node 0 measured it, the untouched model on the same held-out items."""
     lines = ["node  engine     rounds  cum. local reward  cum. total reward  held-out acc  sent  received  used"]
+    base = next((s for s in summaries if s.baseline_acc is not None), None)
+    if base is not None:
+        lines.append(f"base  {base.engine or '-':<9}  {0:>6}  {'-':>17}  {'-':>17}  {base.baseline_acc:>12.3f}"
+                     f"  (the untouched model on the same {base.heldout_n} held-out items)")
     for s in summaries:
         acc = f"{s.heldout_acc:.3f}" if s.heldout_acc is not None else "-"
         lines.append(f"{s.node:>4}  {s.engine or '-':<9}  {s.rounds:>6}  {s.local_reward:>17.1f}  "

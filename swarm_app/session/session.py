@@ -5,7 +5,10 @@ run's last checkpoint; `run()` drives rounds on the session's one engine thread 
 events (events.py) on the loop to every subscriber: the TUI, the headless view and the status endpoint
 of `swarm watch` are all subscribers, none talks to the trainer. Views steer the run with the request
 methods (pause, resume, set_sharing, evaluate_now, stop), which act between rounds; a stop also cuts
-generation short between two decode steps and checkpoints the last completed round.
+generation short between two decode steps and checkpoints the last completed round. Evaluations that
+are not a round's own (`e`, and for `swarm demo` the untouched model's baseline and the evaluation
+after the last round) run here too, before RunStopped, so every view shows them, and each is a row of
+metrics.jsonl.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import asyncio
 import dataclasses
 import logging
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
@@ -52,8 +56,9 @@ from swarm_app.session.setup import (
     write_run_file,
 )
 from swarm_app.training.checkpoint import Checkpoints, CheckpointState
+from swarm_app.training.evaluation import EvalResult
 from swarm_app.training.loop import RoundAbandoned, RoundPlan, Trainer
-from swarm_app.training.metrics_log import MetricsLog
+from swarm_app.training.metrics_log import MetricsLog, evaluation_row
 
 log = logging.getLogger(__name__)
 
@@ -82,10 +87,15 @@ def _settle(loop: asyncio.AbstractEventLoop, future: asyncio.Future, exc: BaseEx
 class Session:
     def __init__(self, settings: Settings, *, exchange: RolloutExchange | None = None,
                  on_event: Callable[[Event], None] | None = None, hardware: Hardware | None = None,
-                 fresh: bool = False) -> None:
+                 fresh: bool = False, baseline: bool = False, final_evaluation: bool = False) -> None:
         """`exchange`: a peer node made by the caller (the demo); it is shown in the views when it has
-        `stats()`. Otherwise the session starts its own node when [peer] enabled says so."""
+        `stats()`. Otherwise the session starts its own node when [peer] enabled says so. `baseline`:
+        evaluate the untouched model before a new run's first round; `final_evaluation`: evaluate after
+        the last round of a run that finished (both held-out, both rows of metrics.jsonl)."""
         self.settings = settings
+        self.baseline, self.final_evaluation = baseline, final_evaluation
+        self.baseline_result: EvalResult | None = None
+        self.final_result: EvalResult | None = None
         self.exchange = exchange
         self.events = EventBus()
         if on_event is not None:
@@ -322,13 +332,16 @@ class Session:
         self.events.publish(RunStarted(str(self.run_dir), self.backend_name, self.backend_reason,
                                        trainer.backend.model_id, self.settings.tasks.preset, self.next_round, total,
                                        trainer.backend.device(), trainer.backend.memory(),
-                                       self.engine.machine_line(self.settings), self.hardware.ram_bytes))
+                                       self.engine.machine_line(self.settings), self.hardware.ram_bytes,
+                                       offline=self.peer_node is None))
         last_saved = last_done = self.next_round - 1
         reason, error = "finished", None
         watcher = None
         try:
             await self._join_swarm()
             watcher = asyncio.ensure_future(self._watch_peers())
+            if self.baseline and last_done == 0:
+                self.baseline_result = await self._evaluate(0, "baseline")
             while not self._stopping and (total == 0 or self.next_round <= total):
                 await self._between_rounds(last_done)
                 if self._stopping:
@@ -347,6 +360,8 @@ class Session:
                     last_saved = await self._save(t)
             if self._stopping:
                 reason = "interrupted"
+            elif self.final_evaluation:
+                self.final_result = await self._evaluate(last_done, "final")
         except BaseException as exc:
             reason, error = "error", exc
             raise
@@ -366,10 +381,8 @@ class Session:
         while not self._stopping:
             if self._eval_requested:
                 self._eval_requested = False
-                try:
-                    await self.on_engine(self.trainer.evaluate, last_done)
-                except Cancelled:
-                    return
+                if await self._evaluate(last_done, "requested") is None:
+                    return  # a stop cut it short
             if not self.paused:
                 if announced:
                     self.events.publish(TrainingResumed())
@@ -390,11 +403,27 @@ class Session:
                 self.events.publish(event)
             await asyncio.sleep(interval_s)
 
-    def _record(self, row: dict) -> None:
+    async def _evaluate(self, round_index: int, kind: str) -> EvalResult | None:
+        """A held-out evaluation on the engine thread, kept as a row of its own in metrics.jsonl; None
+        when a stop cut it short (nothing is written then)."""
+        started = time.perf_counter()
+        try:
+            result = await self.on_engine(self.trainer.evaluate, round_index, kind)
+        except Cancelled:
+            return None
+        row = evaluation_row(round_index, kind, result.accuracy, result.n, result.per_task,
+                             round(time.perf_counter() - started, 3), time.time())
+        await asyncio.to_thread(self._append, row)
+        return result
+
+    def _append(self, row: dict) -> None:
         try:
             self.metrics.append(row)
         except OSError as exc:
             raise write_failed(self.metrics.path, exc) from None
+
+    def _record(self, row: dict) -> None:
+        self._append(row)
         self.last_row = row
         self.metrics_rows += 1
 

@@ -20,7 +20,14 @@ from typing import Callable
 
 from backends.base import Backend, Cancelled, Sampling, TrainSample
 from swarm_app.kernel import tasks
-from swarm_app.kernel.events import EvaluationFinished, EvaluationStarted, Event, PhaseProgress, RoundMetrics
+from swarm_app.kernel.events import (
+    EvaluationFinished,
+    EvaluationProgress,
+    EvaluationStarted,
+    Event,
+    PhaseProgress,
+    RoundMetrics,
+)
 from swarm_app.kernel.rollouts import Rollout, RolloutExchange
 from swarm_app.training.evaluation import EvalResult, evaluate
 from swarm_app.training.grpo import group_advantages, has_signal, weigh_negatives
@@ -100,13 +107,20 @@ class Trainer:
             metrics = self._with_evaluation(metrics)
         return dataclasses.replace(metrics, round_s=round(time.perf_counter() - started, 3))
 
-    def evaluate(self, round_index: int = 0) -> EvalResult:
-        """Held-out accuracy now, reported as EvaluationStarted/Finished. Raises Cancelled on stop."""
-        self.report(EvaluationStarted(round_index, len(self.plan.eval_refs)))
+    def evaluate(self, round_index: int = 0, kind: str = "scheduled") -> EvalResult:
+        """Held-out accuracy now, reported as EvaluationStarted/Progress/Finished (`kind`: why it runs,
+        events.EVALUATION_KINDS). Raises Cancelled on stop."""
+        refs = self.plan.eval_refs
+        self.report(EvaluationStarted(round_index, len(refs), kind))
+
+        def answered(done: int, total: int) -> None:
+            self.report(EvaluationProgress(round_index, done, total, kind))
+            self._cancel_check(done, total)
+
         started = time.perf_counter()
-        result = evaluate(self.backend, self.plan.eval_refs, self.plan.sampling.max_new_tokens, self._cancel_check)
+        result = evaluate(self.backend, refs, self.plan.sampling.max_new_tokens, self._cancel_check, answered)
         self.report(EvaluationFinished(round_index, result.accuracy, result.per_task,
-                                       round(time.perf_counter() - started, 3)))
+                                       round(time.perf_counter() - started, 3), kind, result.n))
         return result
 
     def _with_evaluation(self, metrics: RoundMetrics) -> RoundMetrics:

@@ -1,4 +1,10 @@
-"""`metrics.jsonl`: one JSON object per completed round, appended and fsynced.
+"""`metrics.jsonl`: one JSON object per completed round, appended and fsynced; and one per held-out
+evaluation that is not a round's own (`e` in the TUI, `swarm demo`'s baseline and final ones).
+
+A round's row is `RoundMetrics.to_row()` (a scheduled evaluation's result is on it). An evaluation row
+says so: `{"type": "eval", "kind": ..., "round": <the last completed round>, "heldout_acc", "n",
+"per_task", "eval_s", "time"}`; round rows carry no "type", so a reader that wants rounds skips rows
+with one (`rows()` does, `evaluations()` gives the others).
 
 On resume the file is cut back to the rounds the checkpoint accounts for (rows of later rounds are
 the torn tail of a crash: those rounds run again and write their rows again), and rows are keyed by
@@ -34,7 +40,11 @@ class MetricsLog:
 
     def rows(self) -> list[dict[str, Any]]:
         """The rows of completed rounds; lines that are not rows are skipped (see `keep_rounds`)."""
-        return self._read()[0]
+        return [row for row in self._read()[0] if "type" not in row]
+
+    def evaluations(self) -> list[dict[str, Any]]:
+        """The evaluation rows (`e`, the demo's baseline and final evaluations), in the order written."""
+        return [row for row in self._read()[0] if row.get("type") == EVAL_ROW]
 
     def keep_rounds(self, last_round: int) -> None:
         """Keep the rows of rounds 1..last_round, one per round; set lines that are not rows aside (never
@@ -89,9 +99,18 @@ def _parse_row(line: str) -> dict[str, Any] | None:
     return row
 
 
+EVAL_ROW = "eval"
+
+
+def evaluation_row(round_index: int, kind: str, accuracy: float, n: int, per_task: dict[str, float],
+                   seconds: float, when: float) -> dict[str, Any]:
+    return {"type": EVAL_ROW, "kind": kind, "round": round_index, "heldout_acc": accuracy, "n": n,
+            "per_task": per_task, "eval_s": seconds, "time": when}
+
+
 def row_key(row: dict[str, Any]) -> tuple:
-    """What makes a row unique: its round."""
-    return (row["round"],)
+    """What makes a row unique: its round (an evaluation row: its kind and round)."""
+    return (row.get("type", "round"), row.get("kind", ""), row["round"])
 
 
 def one_per_key(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

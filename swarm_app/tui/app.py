@@ -180,6 +180,9 @@ class SwarmApp(App[int]):
             self.notify("training resumes" if not c.paused else "training pauses after this round; sharing goes on")
 
     def action_toggle_sharing(self) -> None:
+        if self.state.offline:
+            self.notify("offline (--offline): this node shares nothing and receives nothing", severity="warning")
+            return
         if (c := self._control()) is not None:
             c.set_sharing(not self.state.sharing)
 

@@ -45,18 +45,24 @@ class EngineBadge(Static):
         self.update(Text("\n").join([line1, why, line2]))
 
 
+EVALUATION_LABELS = {"final": "finished · final evaluation", "baseline": "baseline evaluation (the untouched model)"}
+"""What the status line calls an evaluation under way, by kind; any other is a held-out evaluation."""
+
+
 class RoundStatus(Static):
     def show(self, s: ViewState) -> None:
         of = f"/{s.total_rounds}" if s.total_rounds else ""
         doing = {"training": "training", "paused": "paused (the swarm keeps going)", "stopped": s.stop_line,
                  "loading": "loading", "starting": "starting"}[s.status]
-        if s.status == "training" and s.evaluating:
-            doing = "held-out evaluation"
+        if s.status in ("training", "paused") and s.evaluating:
+            label = EVALUATION_LABELS.get(s.eval_kind, "held-out evaluation")
+            doing = f"{label} {s.eval_done}/{s.eval_total}" if s.eval_total else label
         elif s.status == "training" and s.phase:
             doing = f"{s.phase} {s.phase_done}/{s.phase_total}" if s.phase_total else s.phase
         tokens = f"{s.tokens_per_s:,.0f} tok/s" if s.tokens_per_s else "- tok/s"
+        sharing = "offline" if s.offline else f"sharing {'on' if s.sharing else 'off'}"
         self.update(f"round {s.round + (1 if s.phase else 0)}{of} · {doing} · {_seconds(s.last_round_s)}/round · "
-                    f"{tokens} · ETA {_seconds(s.eta_s)} · sharing {'on' if s.sharing else 'off'}")
+                    f"{tokens} · ETA {_seconds(s.eta_s)} · {sharing}")
 
 
 class RewardChart(PlotextPlot):

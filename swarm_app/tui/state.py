@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from swarm_app.kernel.events import (
     CheckpointSaved,
     EvaluationFinished,
+    EvaluationProgress,
     EvaluationStarted,
     Event,
     LogRecorded,
@@ -90,6 +91,12 @@ class ViewState:
     phase_done: int = 0
     phase_total: int = 0
     evaluating: bool = False
+    eval_kind: str = ""
+    """Why the evaluation under way runs (events.EVALUATION_KINDS)."""
+    eval_done: int = 0
+    eval_total: int = 0
+    offline: bool = False
+    """The node trains alone (`--offline`): nothing to share."""
     last_round_s: float | None = None
     round_seconds: deque = field(default_factory=lambda: deque(maxlen=20))
     tokens_per_s: float | None = None
@@ -127,7 +134,7 @@ class ViewState:
 def _run_started(s: ViewState, e: RunStarted) -> None:
     s.status, s.model, s.backend, s.backend_reason = "training", safe_text(e.model_id), e.backend, e.backend_reason
     s.device, s.memory_bytes, s.preset, s.run_dir = e.device, e.memory_bytes, e.preset, e.run_dir
-    s.ram_total_bytes = e.ram_total_bytes
+    s.ram_total_bytes, s.offline = e.ram_total_bytes, e.offline
     s.total_rounds, s.round = e.total_rounds, e.start_round - 1
 
 
@@ -156,6 +163,14 @@ def _round_finished(s: ViewState, e: RoundFinished) -> None:
         c.external.append(m.reward_external)
     s.external_groups += m.n_external
     s.signal_groups += m.groups_with_signal
+
+
+def _evaluating(s: ViewState, e: EvaluationStarted) -> None:
+    s.evaluating, s.eval_kind, s.eval_done, s.eval_total = True, e.kind, 0, e.n
+
+
+def _evaluation_progress(s: ViewState, e: EvaluationProgress) -> None:
+    s.eval_done, s.eval_total = e.done, e.total
 
 
 def _evaluated(s: ViewState, e: EvaluationFinished) -> None:
@@ -203,7 +218,8 @@ _HANDLERS = {
     RoundStarted: _round_started,
     PhaseProgress: _progress,
     RoundFinished: _round_finished,
-    EvaluationStarted: _set(evaluating=True),
+    EvaluationStarted: _evaluating,
+    EvaluationProgress: _evaluation_progress,
     EvaluationFinished: _evaluated,
     CheckpointSaved: _set(last_checkpoint=lambda e: e.path),
     PeersUpdated: _peers,

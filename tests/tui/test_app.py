@@ -180,3 +180,62 @@ async def test_a_stop_during_generation_returns_within_2_s_on_the_bundled_model(
     took = time.monotonic() - asked
     session.close()
     assert last == 0 and took < 2.0, f"the stop took {took:.2f} s"
+
+
+# --- issue 29: the views' loose ends
+
+
+async def test_offline_the_status_line_says_offline_not_sharing_on(stub_model, tmp_path):
+    app, session, events = session_app(make_settings(stub_model, tmp_path / "run", 0))  # peer.enabled is off
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: rounds_done(events))
+        await pilot.pause(0.3)
+        app.flush()
+        status = str(app.query_one(RoundStatus).render())
+        assert "offline" in status and "sharing on" not in status, status
+        await pilot.press("q")
+        await wait_for(pilot, lambda: any(isinstance(e, RunStopped) for e in events))
+
+
+async def test_an_e_evaluation_is_a_row_of_metrics_jsonl(stub_model, tmp_path):
+    import json
+
+    app, session, events = session_app(make_settings(stub_model, tmp_path / "run", 0, eval_n=10))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: rounds_done(events))
+        await pilot.press("e")
+        await wait_for(pilot, lambda: any(isinstance(e, EvaluationFinished) for e in events))
+        await pilot.press("q")
+        await wait_for(pilot, lambda: any(isinstance(e, RunStopped) for e in events))
+    evaluation = next(e for e in events if isinstance(e, EvaluationFinished))
+    lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    evals = [row for row in lines if row.get("type") == "eval"]
+    assert [(r["kind"], r["round"], r["heldout_acc"], r["n"], r["per_task"]) for r in evals] == [
+        ("requested", evaluation.round, evaluation.accuracy, 10, evaluation.per_task)]
+    rounds = [row["round"] for row in lines if "type" not in row]  # round rows are as they were
+    assert rounds == list(range(1, len(rounds) + 1))
+
+
+async def test_the_status_line_shows_a_final_evaluation_with_its_progress():
+    from swarm_app.kernel.events import EvaluationProgress, EvaluationStarted
+
+    script = dashboard_script(3)[:-1] + [EvaluationStarted(3, 200, "final"), EvaluationProgress(3, 64, 200, "final")]
+    app = SwarmApp(scripted(script, asyncio.Event()), clock=lambda: T0)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        app.flush()
+        assert "final evaluation 64/200" in str(app.query_one(RoundStatus).render())
+
+
+async def test_help_lists_every_key_the_app_binds():
+    from swarm_app.tui.app import HELP
+
+    app = SwarmApp(scripted([], asyncio.Event()))
+    keys = {b.key_display or b.key for b in app.BINDINGS if not b.key.startswith("ctrl+")}
+    named = {"question_mark": "?", "f12": "F12"}
+    listed = " ".join(line.split("  ")[0] for line in HELP.splitlines())
+    assert {named.get(k, k) for k in keys} - {"?"} <= set(listed.split())
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert any("F12" in str(n.message) and "1 2 3" in str(n.message) for n in app._notifications)
