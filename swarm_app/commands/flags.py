@@ -4,14 +4,18 @@ A settings flag's dest is its "section.field" key and its default is None ("not 
 reaches Settings only when it was typed, and every command layers the same way: flag >
 SWARM_<SECTION>_<FIELD> > config.toml > the command's own default (`swarm demo`: 10 rounds) > the
 field's default. Values stay strings here: Settings converts and checks them, so a bad value is the
-same one-line error (exit 2) whether it came from a flag, the environment or config.toml.
-Must stay cheap to import (argparse and settings): `swarm --version` builds every command's parser.
+same one-line error (exit 2) whether it came from a flag, the environment or config.toml. A field the
+bundled model's swarm.toml sets says so in its help ("Default: 8 (32 with the bundled model ...)"):
+the help names the value a run uses, not only the field's default.
+Must stay cheap to import (argparse and settings): `swarm --version` builds every command's parser
+(reading one small TOML file, once, is part of that).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import os
 from pathlib import Path
 from typing import Any, Mapping
@@ -61,7 +65,24 @@ def _help(key: str, spec: dataclasses.Field, command_default: Any) -> str:
         text += f" Default here: {command_default}, unless {env} or config.toml sets it."
     elif not isinstance(default, (bool, list)) and default != "":
         text += f" Default: {default}."
+    bundled = bundled_recommendations().get(key)
+    if bundled is not None and bundled != default:
+        text += f" ({bundled} with the bundled model: its swarm.toml recommends it; flags, SWARM_* and config.toml win.)"
     return f"{text} [{key}]".replace("%", "%%")
+
+
+@functools.cache
+def bundled_recommendations() -> dict[str, Any]:
+    """The bundled model's swarm.toml values ({} where the model or the file is missing or unreadable:
+    the help must never fail)."""
+    from swarm_app.kernel.errors import SwarmError
+    from swarm_app.kernel.paths import bundled_model_dir
+    from swarm_app.session.recommendations import read_recommendations
+
+    try:
+        return read_recommendations(bundled_model_dir())
+    except (SwarmError, OSError):
+        return {}
 
 
 def load_settings_for(args: argparse.Namespace) -> Settings:

@@ -29,7 +29,8 @@ class ModelChoice:
     """fp32 K + V over all layers, per token."""
 
 
-BUNDLED = ModelChoice("", "the bundled swarm-tiny (4.2 M parameters)", 4.2e6, 2 * 4 * 256 * 4)
+BUNDLED = ModelChoice("", "the bundled swarm-tiny (3.6 M parameters)", 3_554_816, 2 * 4 * 256 * 4)
+"""Its parameters as counted from its model.safetensors (tests/test_says_what_it_does.py checks it)."""
 QWEN_05B = ModelChoice("Qwen/Qwen2.5-0.5B-Instruct", "Qwen2.5-0.5B-Instruct", 0.49e9, 2 * 24 * 128 * 4)
 QWEN_15B = ModelChoice("Qwen/Qwen2.5-1.5B-Instruct", "Qwen2.5-1.5B-Instruct", 1.54e9, 2 * 28 * 256 * 4)
 LARGEST_FIRST = (QWEN_15B, QWEN_05B, BUNDLED)

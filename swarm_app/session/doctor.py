@@ -95,9 +95,9 @@ def build_report(settings: Settings, hw: Hardware, pace: bool = False) -> dict:
         "backends": engines,
         "chosen": chosen,
         "reason": reason,
-        "recommended": {"threads": advice.threads, "model": advice.model.path or "(bundled)",
-                        "local": advice.batch.local, "completions": advice.batch.completions,
-                        "max_new_tokens": advice.batch.max_new_tokens, "reason": advice.reason},
+        # The sizing's own batch is left out: "run" has the I, L and length the run uses (after the
+        # model's swarm.toml); a second set of figures here read as what a run would do, and was not.
+        "recommended": {"threads": advice.threads, "model": advice.model.path or "(bundled)", "reason": advice.reason},
         "run": _run_settings(settings, advice, model),
         "model": model,
         "paths": _paths(settings),
