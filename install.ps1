@@ -1,6 +1,7 @@
 # swarm-app installer for Windows: finds Python 3.11+ and hands every flag to tools\installer.py,
 # which makes the venv in %LOCALAPPDATA%\swarm-app, picks the torch build and engine, and ends with
-# `swarm doctor`. Needs no administrator rights. Usage:
+# `swarm doctor`. Needs no administrator rights. Run from a checkout or an unpacked release it installs
+# that; fetched on its own it installs the published package (-From: a .whl, .tar.gz or checkout folder). Usage:
 #   powershell -ExecutionPolicy Bypass -File install.ps1 [-Cpu] [-Engine NAME] [-From PATH]
 #       [-TorchSpec REQ] [-DryRun] [-Table] [-Yes]
 param(

@@ -1,8 +1,10 @@
 #!/bin/sh
 # swarm-app installer for Linux and macOS: finds Python 3.11+ and hands every flag to tools/installer.py,
 # which makes the venv, picks the torch build and engine, and ends with `swarm doctor`.
-# Needs no root and writes only under your home folder. Flags: --cpu, --engine NAME, --from PATH,
-# --torch-spec REQ, --dry-run [--table], --yes. Usage: sh install.sh [flags]
+# Needs no root and writes only under your home folder. Run from a checkout or an unpacked release it
+# installs that; fetched on its own (curl ... | sh) it installs the published package.
+# Flags: --cpu, --engine NAME, --from PATH (a .whl, .tar.gz or checkout folder), --torch-spec REQ,
+# --dry-run [--table], --yes. Usage: sh install.sh [flags]
 set -eu
 
 # Where tools/installer.py is fetched from when this script runs without a checkout (curl ... | sh).

@@ -141,7 +141,7 @@ def test_install_sh_dry_run_prints_the_commands_and_runs_nothing(tmp_path):
     commands = [line[2:] for line in done.stdout.splitlines() if line.startswith("$ ")]
     assert commands[1:] == [
         f"{venv}/bin/python -m pip install torch==2.13.0",
-        f"{venv}/bin/python -m pip install --upgrade swarm-app",
+        f"{venv}/bin/python -m pip install --upgrade 'swarm-app @ {ROOT.as_uri()}'",  # the checkout it ran from
         f"ln -sfn {venv}/bin/swarm {tmp_path}/.local/bin/swarm",
         f"{tmp_path}/.local/bin/swarm doctor",
     ]
@@ -169,7 +169,8 @@ def test_install_sh_table_matches_the_decisions(tmp_path):
 def test_missing_wheel_and_macos_x86_are_one_line_errors(tmp_path):
     done = run_install_sh("--from", str(tmp_path / "nope.whl"), env=clean_env(tmp_path))
     assert done.returncode == 1
-    assert done.stderr.strip() == f"--from {tmp_path / 'nope.whl'}: no such file; give the path of a swarm-app .whl or .tar.gz"
+    assert done.stderr.strip() == (f"--from {tmp_path / 'nope.whl'}: no such file or folder; give a swarm-app .whl, "
+                                   ".tar.gz or checkout folder")
     env = clean_env(tmp_path, SWARM_INSTALL_FAKE_PLATFORM="darwin-x86_64", SWARM_INSTALL_FAKE_NVIDIA_SMI="")
     done = run_install_sh("--dry-run", env=env)
     assert done.returncode == 2 and done.stderr.startswith("cannot install here: PyTorch publishes no macOS x86_64 wheels")
@@ -204,3 +205,56 @@ def test_install_sh_from_local_wheel_then_offline_run_then_upgrade_in_place(tmp_
     assert again.returncode == 0, again.stderr[-3000:]
     assert "torch         kept" in again.stdout and "-m venv" not in again.stdout
     assert (venv / "kept-marker").exists() and (runs / "metrics.jsonl").exists()
+
+
+# --- issue 29: the installer installs what it was run from
+
+
+def test_from_a_checkout_it_installs_the_checkout_and_says_so(tmp_path):
+    env = clean_env(tmp_path, SWARM_INSTALL_FAKE_PLATFORM="linux-x86_64", SWARM_INSTALL_FAKE_NVIDIA_SMI="")
+    done = run_install_sh("--dry-run", env=env)
+    assert done.returncode == 0, done.stderr
+    assert f"--upgrade 'swarm-app @ {ROOT.as_uri()}'" in done.stdout and "from PyPI" not in done.stdout
+    assert f"the checkout this installer was run from ({ROOT})" in done.stdout
+
+
+def test_from_accepts_a_folder_and_refuses_one_that_is_not_swarm_app(tmp_path):
+    env = clean_env(tmp_path, SWARM_INSTALL_FAKE_PLATFORM="linux-x86_64", SWARM_INSTALL_FAKE_NVIDIA_SMI="")
+    done = run_install_sh("--dry-run", "--from", str(ROOT), "--engine", "llamacpp", env=env)
+    assert done.returncode == 0, done.stderr
+    assert f"'swarm-app[llamacpp] @ {ROOT.as_uri()}'" in done.stdout
+    done = run_install_sh("--dry-run", "--from", str(tmp_path), env=env)
+    assert done.returncode == 1 and "is not a swarm-app checkout" in done.stderr
+
+
+def test_an_installer_fetched_on_its_own_still_installs_the_published_package(tmp_path):
+    """`curl .../install.sh | sh` runs installer.py from a temp file, away from any checkout: PyPI's swarm-app."""
+    alone = tmp_path / "fetched"
+    alone.mkdir()
+    (alone / "installer.py").write_bytes((ROOT / "tools" / "installer.py").read_bytes())
+    env = clean_env(tmp_path, SWARM_INSTALL_FAKE_PLATFORM="linux-x86_64", SWARM_INSTALL_FAKE_NVIDIA_SMI="")
+    done = subprocess.run([sys.executable, str(alone / "installer.py"), "--dry-run"], capture_output=True, text=True,
+                          env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "-m pip install --upgrade swarm-app\n" in done.stdout and "(from PyPI)" in done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_install_sh_in_a_fresh_clone_installs_that_clone_and_it_trains(tmp_path):
+    """Issue 29: `sh install.sh` from a clone used to ask PyPI for swarm-app ("No matching distribution")."""
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(ROOT), str(clone)], check=True)
+    home = tmp_path / "home"
+    home.mkdir()
+    env = clean_env(home, PATH=os.environ["PATH"])
+    done = subprocess.run(["sh", "install.sh", "--yes", "--torch-spec", "torch==2.13.0"], cwd=clone,
+                          capture_output=True, text=True, env=env, timeout=1500)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert f"swarm-app @ {clone.as_uri()}" in done.stdout
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    run = subprocess.run([str(home / ".local/bin/swarm"), "run", "--no-ui", "--offline", "--rounds", "2"], cwd=work,
+                         capture_output=True, text=True, env=env, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "round 2/2" in run.stdout and "Traceback" not in run.stderr

@@ -3,8 +3,10 @@
 Owns: detecting the machine (OS, CPU architecture, NVIDIA GPU from nvidia-smi, Apple silicon), deciding
 where the isolated environment goes (a venv in the user data dir, the folder platformdirs gives), which
 torch build to install (CUDA index by driver, CPU index, or PyPI on macOS), which engine extra, where
-the app comes from (a local wheel/sdist with --from, else PyPI), and the `swarm` launcher; then running
-those steps with every choice printed beside its reason, and ending with `swarm doctor`.
+the app comes from (--from: a local wheel, sdist or checkout folder; else the checkout or unpacked
+release this script sits in, as `sh install.sh` runs it from one; else, fetched on its own, the published
+package), and the `swarm` launcher; then running those steps with every choice printed beside its
+reason, and ending with `swarm doctor`.
 
 Must not: import anything outside the standard library (it runs before anything is installed), need
 root, write outside the user's own folders, edit shell profiles (it prints the PATH line instead), or
@@ -58,7 +60,9 @@ class Options:
     cpu: bool = False
     engine: str | None = None
     source: str | None = None
-    """A local wheel/sdist path (--from); None installs `swarm-app` from PyPI."""
+    """A local wheel, sdist or checkout folder (--from, or the checkout this script sits in); None
+    installs the published `swarm-app`."""
+    source_reason: str = "the local file given with --from"
     torch_spec: str | None = None
     """Overrides the torch requirement, taken from pip's default index (e.g. `torch==2.13.0`)."""
 
@@ -193,6 +197,23 @@ def choose_torch(machine: Machine, options: Options, cuda: str | None, engine: s
         "torch", "--index-url", f"{PYTORCH_INDEX}/cpu"]
 
 
+def is_checkout(folder: Path) -> bool:
+    """A swarm-app source tree (a clone, or an unpacked release or sdist): pip installs it as it is."""
+    project = folder / "pyproject.toml"
+    try:
+        text = project.read_text(encoding="utf-8")
+    except OSError:
+        return False
+    return f'name = "{APP}"' in text and (folder / "swarm_app").is_dir()
+
+
+def checkout_around(script: Path) -> Path | None:
+    """The checkout this installer sits in (`<checkout>/tools/installer.py`), or None when it was fetched
+    on its own (`curl ... | sh` keeps it in a temp folder)."""
+    folder = script.resolve().parent.parent
+    return folder if is_checkout(folder) else None
+
+
 def app_requirement(options: Options, engine: str) -> str:
     extra = "" if engine == "torch" else f"[{engine}]"
     if options.source:
@@ -220,7 +241,7 @@ def plan_install(machine: Machine, options: Options, env: dict[str, str], has_to
         Choice("environment", str(venv), "a venv of its own in the user data dir; a re-run upgrades it in place"),
         engine,
         torch_choice if not has_torch else Choice("torch", "kept", "already in the environment"),
-        Choice("app", requirement, "the local file given with --from" if options.source else "from PyPI"),
+        Choice("app", requirement, options.source_reason if options.source else "from PyPI"),
         Choice("launcher", str(launcher or swarm), "the venv's own swarm.exe" if windows
                else "a link in ~/.local/bin to the venv's swarm"),
     ]
@@ -348,7 +369,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="install", description="Install swarm-app into a venv of its own.")
     parser.add_argument("--cpu", action="store_true", help="CPU build of torch even where a GPU is found")
     parser.add_argument("--engine", choices=ENGINES, help="engine extra to install (default: by hardware)")
-    parser.add_argument("--from", dest="source", metavar="PATH", help="a local swarm-app wheel or sdist")
+    parser.add_argument("--from", dest="source", metavar="PATH",
+                        help="a local swarm-app wheel, sdist or checkout folder (default: the checkout this "
+                             "installer is in; fetched on its own, the published package)")
     parser.add_argument("--torch-spec", metavar="REQ", default=os.environ.get("SWARM_INSTALL_TORCH_SPEC"),
                         help="torch requirement from pip's default index, e.g. torch==2.13.0 "
                              "(env SWARM_INSTALL_TORCH_SPEC)")
@@ -358,13 +381,27 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def source_of(given: str | None) -> tuple[str | None, str]:
+    """(what to install, why): --from as given, else the checkout around this script, else None (PyPI)."""
+    if given is None:
+        checkout = checkout_around(Path(__file__))
+        return (str(checkout), f"the checkout this installer was run from ({checkout})") if checkout else (None, "")
+    path = Path(given)
+    if path.is_dir():
+        if not is_checkout(path):
+            raise SystemExit(f"--from {given} is not a swarm-app checkout (no pyproject.toml naming {APP} beside "
+                             "swarm_app/); give a checkout folder, a .whl or a .tar.gz")
+        return given, "the folder given with --from"
+    if not path.is_file():
+        raise SystemExit(f"--from {given}: no such file or folder; give a swarm-app .whl, .tar.gz or checkout folder")
+    return given, "the local file given with --from"
+
+
 def main(argv: list[str] | None = None) -> int:
     if sys.version_info < MIN_PYTHON:
         raise SystemExit("swarm-app needs Python 3.11 or newer: install it from https://www.python.org/downloads/")
     args = parse_args(argv)
-    if args.source and not Path(args.source).is_file():
-        raise SystemExit(f"--from {args.source}: no such file; give the path of a swarm-app .whl or .tar.gz")
-    options = Options(args.cpu, args.engine, args.source, args.torch_spec)
+    options = Options(args.cpu, args.engine, *source_of(args.source), args.torch_spec)
     if args.table:
         print(format_table(decision_table(options)))
         return 0
