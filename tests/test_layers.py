@@ -19,10 +19,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 ALLOWED = {
     "cli": {"cli", "commands", "session", "kernel"},
-    "commands": {"commands", "tui", "headless", "watch", "session", "kernel"},
+    "commands": {"commands", "tui", "headless", "watch", "experiment", "session", "kernel"},
     "tui": {"tui", "kernel"},
     "headless": {"headless", "kernel"},
     "watch": {"watch", "kernel"},
+    "experiment": {"experiment", "session", "training", "peer/io", "peer/core", "kernel", "backends"},
     "session": {"session", "resources", "training", "peer/io", "peer/core", "kernel", "backends"},
     "resources": {"resources", "kernel"},
     "training": {"training", "kernel", "backends"},
