@@ -1,0 +1,124 @@
+"""`swarm experiment`: the grid's checks, the metrics, and a small experiment on the bundled model killed
+with SIGKILL after its first cell and finished by the same command."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from swarm_app.cli import main
+from swarm_app.experiment.plan import Config, Plan, default_configs, parse_configs
+from swarm_app.experiment.summary import summarize
+
+SMALL = ["--nodes", "2", "--configs", "8/0,4/4", "--seeds", "1", "--rounds", "3", "--eval-every", "3", "--eval-n", "8",
+         "--no-ui"]
+OUTPUTS = ("results.json", "table.md", "cumulative_reward.png", "heldout_accuracy.png", "local_reward.png")
+
+
+def test_default_configs_split_the_models_update_as_the_paper_splits_8():
+    assert [c.name for c in default_configs(32)] == ["32/0", "24/8", "16/16", "8/24"]
+    assert [c.name for c in default_configs(8)] == ["8/0", "6/2", "4/4", "2/6"]
+    assert parse_configs(" 32/0, 16/16") == (Config(32, 0), Config(16, 16))
+
+
+@pytest.mark.parametrize("flags, says", [
+    (["--configs", "32/0,16/8"], "I + J must be the same"),
+    (["--configs", "32-0"], "is not I/J"),
+    (["--configs", "0/32"], "out of range"),
+    (["--configs", "16/16,16/16"], "names a config twice"),
+    (["--nodes", "1", "--configs", "16/16"], "need peers"),
+    (["--nodes", "two"], "--nodes 'two' is not a whole number"),
+    (["--rounds", "0"], "--rounds 0 must be at least 1"),
+])
+def test_bad_input_is_one_line_and_exit_2(flags, says, tmp_path, capsys):
+    assert main(["experiment", "--out", str(tmp_path / "x"), *flags]) == 2
+    err = capsys.readouterr().err
+    assert says in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "x").exists()
+
+
+def _cell(config, seed, gains):
+    """A cell record as cell.py writes it: two nodes, two rounds, a held-out point at round 2."""
+    local, external = map(int, config.split("/"))
+    nodes = []
+    for node, accuracy in enumerate(gains):
+        rows = [{"round": t, "reward_local": 0.5, "reward_local_sum": 4.0, "reward_external_sum": 1.0 * external,
+                 "n_external": external, "groups_with_signal": 4, "round_s": 2.0, "eval_s": 1.0 if t == 2 else None,
+                 "cpu_s": 1.5, "eval_cpu_s": 0.5 if t == 2 else None} for t in (1, 2)]
+        nodes.append({"rows": rows, "heldout": [{"round": 2, "accuracy": accuracy, "per_task": {"a": accuracy}}],
+                      "sampled_end": {"mean_reward": 0.4}})
+    return {"cell": {"key": f"{local}-{external}-seed{seed}", "config": config, "seed": seed}, "nodes": nodes,
+            "wall_s": 60.0, "train_wall_s": 50.0, "load_average": {"start": [1.0], "end": [2.0]}}
+
+
+def test_the_summary_sums_the_papers_reward_and_pairs_gains_with_the_solo_arm_by_seed():
+    plan = Plan(2, (Config(8, 0), Config(4, 4)), 2, 2, 2, 8, 2, 1)
+    base = {"accuracy": 0.30, "per_task": {"a": 0.30}, "sampled": {"mean_reward": 0.2}}
+    cells = [_cell("8/0", 0, [0.40, 0.40]), _cell("4/4", 0, [0.45, 0.45]),
+             _cell("8/0", 1, [0.36, 0.38]), _cell("4/4", 1, [0.37, 0.39])]
+    summary = summarize(plan, base, cells)
+    solo, shared = summary["configs"]
+    assert summary["cells"]["8-0-seed0"]["cum_reward"] == 2 * 2 * 4.0  # nodes x rounds x own rewards
+    assert summary["cells"]["4-4-seed0"]["cum_reward"] == 2 * 2 * (4.0 + 4.0)  # own and external
+    assert solo["gain_points"]["mean"] == pytest.approx((10 + 7) / 2)
+    assert shared["vs_solo"]["gain_points"]["values"] == pytest.approx([5.0, 1.0])  # paired by seed
+    assert shared["vs_solo"]["cum_reward_ratio"]["mean"] == pytest.approx(2.0)
+    assert solo["rounds_per_hour"]["mean"] == pytest.approx(3600 * 2 / 3.0)  # evaluations left out
+    assert solo["cpu_s_per_node_round"]["mean"] == pytest.approx(1.25)
+    assert summary["curves"]["4/4"]["heldout"]["mean"] == pytest.approx([0.30, 0.415])
+
+
+def test_a_changed_command_on_the_same_folder_is_refused_and_the_same_one_keeps_every_cell(stub_model, tmp_path, capsys):
+    out = tmp_path / "exp"
+    fake = ["--backend", "fake", "--model", str(stub_model), "--out", str(out), "--eval-samples", "2"]
+    assert main(["experiment", *SMALL, *fake]) == 0
+    cells = {p.name: p.read_bytes() for p in (out / "cells").iterdir()}
+    assert sorted(cells) == ["4-4-seed0.json", "8-0-seed0.json"]
+    capsys.readouterr()
+    assert main(["experiment", *SMALL, *fake]) == 0
+    assert "2 of 2 cells already done" in capsys.readouterr().out
+    assert {p.name: p.read_bytes() for p in (out / "cells").iterdir()} == cells
+    assert main(["experiment", *SMALL, *fake, "--rounds", "4"]) == 2
+    err = capsys.readouterr().err
+    assert "holds an experiment with other settings: rounds (3 then, 4 now)" in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
+def test_the_bundled_model_killed_after_its_first_cell_finishes_only_the_missing_one(tmp_path):
+    out = tmp_path / "exp"
+    command = [sys.executable, "-m", "swarm_app", "experiment", *SMALL, "--out", str(out)]
+    first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+    done = out / "cells" / "8-0-seed0.json"
+    deadline = time.monotonic() + 240
+    while not done.exists() and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    first.kill()  # SIGKILL: the second cell is under way, or its outputs are being written
+    _, err = first.communicate(timeout=60)
+    assert done.exists(), err
+    kept = done.read_bytes()
+    assert not (out / "cells" / "4-4-seed0.json").exists(), "the first run ended before it could be killed"
+
+    second = subprocess.run(command, capture_output=True, text=True, timeout=300, env=dict(os.environ))
+    assert second.returncode == 0, second.stderr
+    assert "1 of 2 cells already done" in second.stdout and "cell 1/2" not in second.stdout
+    assert "cell 2/2  4/4 seed 0 done" in second.stdout
+    assert done.read_bytes() == kept
+    for name in OUTPUTS:
+        assert (out / name).stat().st_size > 0, name
+    results = json.loads((out / "results.json").read_text())
+    assert [c["cell"]["key"] for c in results["cells"]] == ["8-0-seed0", "4-4-seed0"]
+    for cell in results["cells"]:
+        assert [node["seed"] for node in cell["nodes"]] == [0, 1]  # both configs, the same node seeds
+        for node in cell["nodes"]:
+            assert [row["round"] for row in node["rows"]] == [1, 2, 3]
+            assert all(row["cpu_s"] > 0 for row in node["rows"])
+            assert [p["round"] for p in node["heldout"]] == [3] and node["heldout"][0]["per_task"]
+    shared = results["cells"][1]["nodes"]
+    assert sum(row["n_external"] for node in shared for row in node["rows"]) > 0  # peers' groups trained on
+    assert all(node["peer"]["accepted"] > 0 for node in shared)
+    table = (out / "table.md").read_text()
+    assert "| 8/0 | 1 |" in table and "| 4/4 | 1 |" in table
