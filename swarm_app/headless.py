@@ -55,7 +55,8 @@ class HeadlessView:
             network = "offline (no peers: nothing shared or received)" if event.offline else "joining the swarm"
             line = (f"run {event.run_dir}: model {event.model_id} on {event.backend} ({event.backend_reason}); "
                     f"tasks {event.preset}; {network}; starting at round {event.start_round}, {until}")
-            return line + (f"\nmachine: {event.advice}" if event.advice else "")
+            return (line + (f"\nmachine: {event.advice}" if event.advice else "")
+                    + (f"\nresources: {event.resources}" if event.resources else ""))
         if isinstance(event, RoundFinished):
             return format_round(event.metrics, self.total_rounds)
         if isinstance(event, SwarmJoined):
@@ -79,6 +80,9 @@ class HeadlessView:
 
 def _short_line(event: Event) -> str:
     if isinstance(event, TrainingPaused):
+        if event.reason:
+            return (f"paused: {event.reason} after round {event.after_round}; resumes {event.resumes} "
+                    "(the node keeps serving its peers)")
         return f"paused after round {event.after_round} (the swarm keeps going)"
     if isinstance(event, TrainingResumed):
         return "resumed"

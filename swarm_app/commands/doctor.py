@@ -18,7 +18,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--pace", action="store_true", help="also load the model on the chosen engine and time a "
                         "probe round: seconds per round and rounds per hour here (seconds on the bundled model)")
-    flags.add_settings(parser, flags.MODEL + flags.PEER)
+    flags.add_settings(parser, flags.MODEL + ("resources.level",) + flags.PEER)
     parser.set_defaults(handler=main)
 
 

@@ -23,7 +23,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--fresh", action="store_true", help="start over; an existing run is moved aside")
     parser.add_argument("--gpus", metavar="all|0,1,...", help="one node per GPU, each with its own key, run folder "
                         "and port (headless; look at one with swarm watch --run-dir RUN-gpuN)")
-    flags.add_settings(parser, flags.MODEL + flags.TRAIN + ("run.run_dir", "run.ui", "run.log_format") + flags.PEER)
+    flags.add_settings(parser, flags.MODEL + flags.TRAIN + ("run.run_dir", "run.ui", "run.log_format", "resources.level")
+                       + flags.PEER)
     parser.set_defaults(handler=main)
 
 
@@ -35,6 +36,7 @@ def main(args: argparse.Namespace) -> int:
 
     logs.to_file()
     session = Session(settings, fresh=args.fresh)  # it detects the hardware while loading
+    session.lower_priority()  # the owner's programs come first (resources.low_priority)
     try:
         if wants_tui(settings):
             return _run_in_tui(session)

@@ -47,6 +47,8 @@ class RoundMetrics:
     train_s: float
     time: float
     round_s: float = 0.0
+    threads: int | None = None
+    """CPU threads the engine ran this round on (None: not a CPU engine, or not known)."""
     grad_norm: float | None = None
     """The update's gradient norm before clipping, the mean over its optimizer steps; None without an update."""
     steps: int | None = None
@@ -103,6 +105,9 @@ class RunStarted(Event):
     """This machine's memory (0: not probed, e.g. for the fake engine)."""
     offline: bool = False
     """The node trains alone: no peer node, nothing shared or received (`--offline`)."""
+    resources: str = ""
+    """The resource level, thread policy and priority the node runs with ("level full, threads adapt
+    within 1-2, nice 10")."""
 
 
 @dataclass(frozen=True)
@@ -228,6 +233,10 @@ class RolloutsRejected(Event):
 @dataclass(frozen=True)
 class TrainingPaused(Event):
     after_round: int
+    reason: str = ""
+    """Why, when a rule paused it ("on battery", "the computer is in use ..."); "" when the user did."""
+    resumes: str = ""
+    """When a rule's pause ends, in words ("when the power is plugged in")."""
 
 
 @dataclass(frozen=True)

@@ -122,6 +122,30 @@ class RunSettings:
 
 
 @dataclass
+class ResourcesSettings:
+    level: str = setting("full", "How much of this computer the node may use: light (one thread, lowest priority, "
+                         "pauses while other programs keep the CPU busy), medium (half the cores), full (every core). "
+                         "Within it the thread count adapts to what else runs, unless --threads fixes it.",
+                         choices=("light", "medium", "full"), flag="--level", metavar="LEVEL")
+    threads: int = setting(0, "Most CPU threads the engine may use (0: the level's).", low=0, high=256)
+    cpu_share: float = setting(0.0, "Most of the CPU cores the engine may use, in % (0: the level's).", low=0.0, high=100.0)
+    memory_gib: float = setting(0.0, "Pause training while this process holds more memory than this, in GiB (0: no cap).",
+                                low=0.0, high=65536.0)
+    gpu_memory_fraction: float = setting(0.0, "Most of the GPU's memory the torch engine may take (CUDA; 0: no cap).",
+                                         low=0.0, high=1.0)
+    low_priority: bool = setting(True, "Run below normal scheduling priority (nice 10, or 19 at level light; "
+                                 "below-normal on Windows), so the owner's programs come first.")
+    pause_on_battery: bool = setting(True, "Pause training while the computer runs on battery (the node keeps "
+                                     "serving its peers).")
+    pause_when_busy: bool = setting(False, "Pause training while other programs use more than busy_cpu_percent of "
+                                    "the CPU (always on at level light).")
+    busy_cpu_percent: float = setting(50.0, "Other programs' CPU use (% of the machine) that counts as busy.",
+                                      low=1.0, high=100.0)
+    schedule: str = setting("", "Hours training may run, HH:MM-HH:MM (may wrap midnight, e.g. 22:00-07:00); "
+                            "empty: any time.")
+
+
+@dataclass
 class Settings:
     model: ModelSettings = field(default_factory=ModelSettings)
     lora: LoraSettings = field(default_factory=LoraSettings)
@@ -129,6 +153,7 @@ class Settings:
     tasks: TaskSettings = field(default_factory=TaskSettings)
     peer: PeerSettings = field(default_factory=PeerSettings)
     run: RunSettings = field(default_factory=RunSettings)
+    resources: ResourcesSettings = field(default_factory=ResourcesSettings)
     given: set = field(default_factory=set, compare=False, repr=False)
     """The "section.field" keys set by a command's default, config.toml, SWARM_* or a flag: a model's
     recommended settings never replace these."""

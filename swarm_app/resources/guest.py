@@ -152,8 +152,11 @@ def read_sensors(own_pid: int | None = None) -> Readings:
         battery = psutil.sensors_battery()
     except (RuntimeError, NotImplementedError, OSError):
         battery = None
-    process = psutil.Process(own_pid)
-    total = psutil.cpu_percent(interval=None)
-    own = process.cpu_percent(interval=None) / max(psutil.cpu_count() or 1, 1)
-    return Readings(None if battery is None else not battery.power_plugged, max(0.0, total - own),
-                    process.memory_info().rss, datetime.now())
+    try:
+        process = psutil.Process(own_pid)
+        total = psutil.cpu_percent(interval=None)
+        own = process.cpu_percent(interval=None) / max(psutil.cpu_count() or 1, 1)
+        rss = process.memory_info().rss
+    except psutil.Error as exc:
+        raise OSError(f"psutil: {exc}") from None
+    return Readings(None if battery is None else not battery.power_plugged, max(0.0, total - own), rss, datetime.now())

@@ -26,7 +26,9 @@ from swarm_app.kernel import hardware, sizing
 from swarm_app.kernel.errors import SwarmError
 from swarm_app.kernel.paths import user_dirs
 from swarm_app.kernel.settings import Settings
-from swarm_app.session.engine import engine_threads, open_engine, prepare_model
+from swarm_app.resources.guest import limits
+from swarm_app.resources.threads import candidates
+from swarm_app.session.engine import open_engine, prepare_model
 from swarm_app.session.model import ResolvedModel
 from swarm_app.session.recommendations import read_recommendations
 
@@ -98,7 +100,7 @@ def build_report(settings: Settings, hw: Hardware, pace: bool = False) -> dict:
         # The sizing's own batch is left out: "run" has the I, L and length the run uses (after the
         # model's swarm.toml); a second set of figures here read as what a run would do, and was not.
         "recommended": {"threads": advice.threads, "model": advice.model.path or "(bundled)", "reason": advice.reason},
-        "run": _run_settings(settings, advice, model),
+        "run": _run_settings(settings, advice, model, hw.cores),
         "model": model,
         "paths": _paths(settings),
         "listen": _listen(settings.peer.listen),
@@ -126,18 +128,22 @@ def failed_checks(report: dict, joins_swarm: bool) -> list[str]:
     return failed
 
 
-def _run_settings(settings: Settings, advice: sizing.Recommendation, model: dict) -> dict:
-    """What `swarm run` will use: the settings after the model's swarm.toml, and the thread count."""
-    t, m = settings.train, settings.model
+def _run_settings(settings: Settings, advice: sizing.Recommendation, model: dict, cores: int) -> dict:
+    """What `swarm run` will use: the settings after the model's swarm.toml, the resource level and threads."""
+    t, m, r = settings.train, settings.model, settings.resources
+    cap = limits(r.level, max(1, cores), r.threads, r.cpu_share)
+    threads = m.threads or f"adapt within 1-{cap.max_threads} to what else runs"
     return {"local": t.local, "external": t.external, "completions": t.completions,
-            "max_new_tokens": m.max_new_tokens, "temperature": m.temperature,
-            "threads": engine_threads(settings, advice), "model_settings": model.get("recommended", {})}
+            "max_new_tokens": m.max_new_tokens, "temperature": m.temperature, "threads": threads,
+            "level": r.level, "priority": f"nice {cap.nice}" if r.low_priority else "normal",
+            "model_settings": model.get("recommended", {})}
 
 
 def _pace(settings: Settings, hw: Hardware, model: ResolvedModel | SwarmError) -> dict | str:
-    """Seconds per round at the run's I, L and completion length, on the engine and threads the run gets,
-    from two probe rounds after a warm-up: 1 question and 2 questions of L completions each. A round
-    costs a fixed part plus a part per question, so round(I) = t1 + (I - 1) x (t2 - t1)."""
+    """Seconds per round at the run's I, L and completion length, on the engine and the thread count the run
+    would use now: with adaptive threads, the fastest of the level's candidates in a one-question probe round
+    each (the same choice the run's tuner makes). Then two probe rounds, 1 and 2 questions of L completions:
+    a round costs a fixed part plus a part per question, so round(I) = t1 + (I - 1) x (t2 - t1)."""
     from backends.base import Sampling
     from swarm_app.kernel import tasks
     from swarm_app.training.loop import RoundPlan, Trainer
@@ -151,22 +157,42 @@ def _pace(settings: Settings, hw: Hardware, model: ResolvedModel | SwarmError) -
     engine, t = opened.backend, settings.train
     specs = tasks.preset(settings.tasks.preset)
     sampling = Sampling(max_new_tokens=settings.model.max_new_tokens, temperature=settings.model.temperature)
-    took = []
+
+    def probe(questions: int) -> float:
+        trainer = Trainer(engine, RoundPlan(specs, questions, 0, t.completions, seed=questions, sampling=sampling))
+        started = time.perf_counter()
+        trainer.run_round(1)
+        return time.perf_counter() - started
+
     try:
         engine.generate([tasks.regenerate(tasks.draw(specs, 0, 0, 1)[0]).messages()], 2,
                         Sampling(max_new_tokens=4, seed=0))  # warm-up: first-call costs are not the pace
-        for questions in (1, 2):
-            trainer = Trainer(engine, RoundPlan(specs, questions, 0, t.completions, seed=questions, sampling=sampling))
-            started = time.perf_counter()
-            trainer.run_round(1)
-            took.append(time.perf_counter() - started)
+        threads, by_count = _threads_now(settings, hw, engine, probe)
+        took = [probe(1), probe(2)]
     finally:
         engine.close()
     round_s = max(took[0] + (t.local - 1) * max(took[1] - took[0], 0.0), 1e-3)
+    chosen = (f"{threads} thread{'s' if threads > 1 else ''}" + (f", the fastest now of {by_count}" if by_count else ""))
     return {"round_s": round(round_s, 3), "rounds_per_hour": round(3600 / round_s), "probe_s": [round(x, 3) for x in took],
-            "how": f"probe rounds of 1 and 2 questions x {t.completions} on {opened.name} with {opened.threads} "
-                   f"thread{'s' if opened.threads > 1 else ''} ({took[0]:.2f} s, {took[1]:.2f} s), extended to "
-                   f"{t.local} questions"}
+            "threads": threads, "threads_probed_s": by_count,
+            "how": f"probe rounds of 1 and 2 questions x {t.completions} on {opened.name} at {chosen} "
+                   f"({took[0]:.2f} s, {took[1]:.2f} s), extended to {t.local} questions"}
+
+
+def _threads_now(settings: Settings, hw: Hardware, engine, probe) -> tuple[int, dict]:
+    """The count the run would compute on now, and the one-question probe time of each count tried."""
+    r = settings.resources
+    cap = limits(r.level, max(1, hw.cores), r.threads, r.cpu_share).max_threads
+    fixed = settings.model.threads
+    if fixed or not engine.device().startswith("cpu") or not engine.set_threads(1):
+        return fixed or cap, {}
+    by_count = {}
+    for count in candidates(cap):
+        engine.set_threads(count)
+        by_count[count] = round(probe(1), 3)
+    best = min(by_count, key=by_count.get)
+    engine.set_threads(best)
+    return best, by_count
 
 
 def _model(settings: Settings) -> tuple[ResolvedModel | SwarmError, dict]:
@@ -259,8 +285,10 @@ def format_text(report: dict) -> str:
     lines.append(f"recommended: {report['recommended']['reason']}")
     run = report["run"]
     why = f" (the model's swarm.toml sets {', '.join(run['model_settings'])})" if run["model_settings"] else ""
+    threads = f"{run['threads']} threads" if isinstance(run["threads"], int) else f"threads {run['threads']}"
     lines.append(f"run settings: I = {run['local']} questions, J = {run['external']} from peers, L = {run['completions']} "
-                 f"completions, up to {run['max_new_tokens']} new tokens, {run['threads']} threads{why}")
+                 f"completions, up to {run['max_new_tokens']} new tokens, {threads}{why}")
+    lines.append(f"resources: level {run['level']}, {run['priority']} priority")
     model = report["model"]
     lines.append(f"model: {model['model_id']} in {model['folder']}" if model["folder"] else f"model: {model['error']}")
     lines += [f"{key.replace('_', ' ')}: {value}" for key, value in report["paths"].items()]

@@ -41,11 +41,14 @@ from swarm_app.kernel.files import check_writable_folder
 from swarm_app.kernel.rollouts import RolloutExchange
 from swarm_app.kernel.runlock import RunLock
 from swarm_app.kernel.settings import Settings
+from swarm_app.resources.guest import LEVELS, Verdict, lower_priority
+from swarm_app.resources.policy import POLL_S, GuestPolicy
 from swarm_app.session.bus import EventBus, LogForwarder
 from swarm_app.session.engine import OpenedEngine, open_engine, prepare_model
 from swarm_app.session.peer_events import PeerTracker
 from swarm_app.session.setup import (
     check_run_matches,
+    detect_hardware,
     load_checkpoint_adapter,
     move_old_run_aside,
     peer_config,
@@ -117,6 +120,10 @@ class Session:
         self.metrics_rows = 0
         self.last_checkpoint = ""
         self.paused = False
+        self.held: Verdict | None = None
+        """A pause rule holding training (on battery, the owner busy, outside the schedule)."""
+        self.guest: GuestPolicy | None = None
+        self.priority = "normal priority"
         self._lock: RunLock | None = None
         """The run folder's lock, from open() to the end of run(): one node per run folder."""
         self._stopping = False
@@ -178,6 +185,8 @@ class Session:
         model loads and before anything is written, so bad input costs milliseconds and leaves no trace.
         """
         specs = tasks.preset(self.settings.tasks.preset)
+        self.hardware = self.hardware or detect_hardware(self.settings.model.backend)
+        self.guest = GuestPolicy(self.settings.resources, self.hardware.cores, self.settings.model.threads)
         if self.exchange is None and self.settings.peer.enabled:
             self.peer_config = peer_config(self.settings)
         self.model = prepare_model(self.settings)  # its swarm.toml, below every layer the user set
@@ -195,6 +204,7 @@ class Session:
         if self._already_finished():
             return
         backend = self._load_backend()
+        self.guest.attach(backend.set_threads, backend.device().startswith("cpu"))
         if self.fresh and move_old_run_aside(self.run_dir):
             self._relock()
         if self.checkpoints.exists():
@@ -204,7 +214,7 @@ class Session:
         write_run_file(self.run_dir, model_dir, self.settings, self.seed, self.backend_name)
         if self.exchange is None and self.peer_config is not None:
             self.exchange = self._peer_node()
-        self.trainer = Trainer(backend, self._plan(specs), self.exchange, self.events.publish_threadsafe)
+        self.trainer = Trainer(backend, self._plan(specs), self.exchange, self._report)
 
     def _relock(self) -> None:
         """After --fresh moved the old run (and its lock file) aside: lock the new folder, then let go of the old."""
@@ -243,7 +253,6 @@ class Session:
             self.events.publish_threadsafe(ModelLoading(self.model.model_id, name, "loading the model"))
 
         self.engine = open_engine(self.settings, self.hardware, model=self.model, on_attempt=loading)
-        self.hardware = self.hardware or self.engine.hardware
         return self.engine.backend
 
     def _peer_node(self):
@@ -333,13 +342,14 @@ class Session:
                                        trainer.backend.model_id, self.settings.tasks.preset, self.next_round, total,
                                        trainer.backend.device(), trainer.backend.memory(),
                                        self.engine.machine_line(self.settings), self.hardware.ram_bytes,
-                                       offline=self.peer_node is None))
+                                       offline=self.peer_node is None,
+                                       resources=self.guest.describe(self.settings.resources.level, self.priority)))
         last_saved = last_done = self.next_round - 1
         reason, error = "finished", None
-        watcher = None
+        watchers: list[asyncio.Future] = []
         try:
             await self._join_swarm()
-            watcher = asyncio.ensure_future(self._watch_peers())
+            watchers = [asyncio.ensure_future(self._watch_peers()), asyncio.ensure_future(self._watch_rules())]
             if self.baseline and last_done == 0:
                 self.baseline_result = await self._evaluate(0, "baseline")
             while not self._stopping and (total == 0 or self.next_round <= total):
@@ -349,7 +359,7 @@ class Session:
                 t = self.next_round
                 self.events.publish(RoundStarted(t))
                 try:
-                    metrics = await self.on_engine(trainer.run_round, t)
+                    metrics = await self.on_engine(self._run_round_as_guest, t)
                 except RoundAbandoned:
                     break
                 metrics = dataclasses.replace(metrics, rss_bytes=_process_memory(), **self._swarm_figures())
@@ -366,7 +376,7 @@ class Session:
             reason, error = "error", exc
             raise
         finally:
-            if watcher is not None:
+            for watcher in watchers:
                 watcher.cancel()
             if last_done > last_saved:
                 await self._save_at_exit(last_done, error)
@@ -376,22 +386,58 @@ class Session:
         return last_done
 
     async def _between_rounds(self, last_done: int) -> None:
-        """Serve an evaluation request, and wait while paused (the swarm keeps going meanwhile)."""
-        announced = False
+        """Serve an evaluation request, and wait while paused by the user or held by a pause rule (the swarm
+        keeps going meanwhile); each new reason to wait is announced."""
+        announced: str | None = None
         while not self._stopping:
             if self._eval_requested:
                 self._eval_requested = False
                 if await self._evaluate(last_done, "requested") is None:
                     return  # a stop cut it short
-            if not self.paused:
-                if announced:
+            if not self.paused and self.held is None:
+                if announced is not None:
                     self.events.publish(TrainingResumed())
                 return
-            if not announced:
-                announced = True
-                self.events.publish(TrainingPaused(last_done))
+            held = self.held if self.held is not None and not self.paused else None
+            reason = held.reason if held else ""
+            if reason != announced:
+                announced = reason
+                self.events.publish(TrainingPaused(last_done, reason, held.resumes if held else ""))
             self._wake.clear()
             await self._wake.wait()
+
+    async def _watch_rules(self) -> None:
+        """The pause rules, every few seconds: a rule that starts or stops holding training wakes the loop."""
+        while True:
+            try:
+                verdict = await asyncio.to_thread(self.guest.poll)
+            except (OSError, RuntimeError) as exc:  # read_sensors turns psutil's errors into OSError
+                log.warning("pause rules: the sensors cannot be read (%s); training is not paused by them", exc)
+                return
+            held = verdict if verdict.paused else None
+            if held != self.held:
+                self.held = held
+                self._poke()
+            await asyncio.sleep(POLL_S)
+
+    def _run_round_as_guest(self, t: int):
+        """One round on the engine thread, on the thread count the guest policy gives, which it then learns from."""
+        self.guest.begin_round()
+        metrics = self.trainer.run_round(t)
+        self.guest.end_round(metrics.tokens + metrics.train_tokens)
+        return dataclasses.replace(metrics, threads=self.guest.round_threads or None)
+
+    def _report(self, event: Event) -> None:
+        """The trainer's progress (engine thread): a thread probe that runs long is cut short here."""
+        self.guest.during_round()
+        self.events.publish_threadsafe(event)
+
+    def lower_priority(self) -> None:
+        """Run below normal scheduling priority unless resources.low_priority is off (the run commands call
+        it; a library user's process is left alone)."""
+        if self.settings.resources.low_priority:
+            nice = LEVELS[self.settings.resources.level][1]
+            self.priority = lower_priority(nice)
 
     async def _watch_peers(self, interval_s: float = 1.0) -> None:
         """Peer events for the views, from the node's snapshot once a second."""

@@ -39,7 +39,7 @@ class EngineBadge(Static):
             self.update(Text(f"{s.loading_step or 'starting'}: model {s.model or '-'}, engine {s.backend or 'auto'}"))
             return
         line1 = Text.assemble((f" {s.backend} ", "reverse bold"), f" {s.device or 'cpu'} · {_memory(s)}")
-        why = Text(f"chosen: {s.backend_reason}", style="dim")
+        why = Text(f"chosen: {s.backend_reason}" + (f" · {s.resources}" if s.resources else ""), style="dim")
         line2 = Text(f"model {s.model} · tasks {s.preset} · " + (f"node {s.node_id[:12]} on {s.address}"
                                                                if s.node_id else "offline (training alone)"))
         self.update(Text("\n").join([line1, why, line2]))
@@ -52,7 +52,8 @@ EVALUATION_LABELS = {"final": "finished · final evaluation", "baseline": "basel
 class RoundStatus(Static):
     def show(self, s: ViewState) -> None:
         of = f"/{s.total_rounds}" if s.total_rounds else ""
-        doing = {"training": "training", "paused": "paused (the swarm keeps going)", "stopped": s.stop_line,
+        paused = f"paused: {s.pause_reason}" if s.pause_reason else "paused (the swarm keeps going)"
+        doing = {"training": "training", "paused": paused, "stopped": s.stop_line,
                  "loading": "loading", "starting": "starting"}[s.status]
         if s.status in ("training", "paused") and s.evaluating:
             label = EVALUATION_LABELS.get(s.eval_kind, "held-out evaluation")

@@ -97,6 +97,10 @@ class ViewState:
     eval_total: int = 0
     offline: bool = False
     """The node trains alone (`--offline`): nothing to share."""
+    resources: str = ""
+    """Resource level, thread policy and priority (RunStarted.resources)."""
+    pause_reason: str = ""
+    """Why a rule paused training ("on battery"), and when it resumes; "" when the user paused it."""
     last_round_s: float | None = None
     round_seconds: deque = field(default_factory=lambda: deque(maxlen=20))
     tokens_per_s: float | None = None
@@ -134,7 +138,7 @@ class ViewState:
 def _run_started(s: ViewState, e: RunStarted) -> None:
     s.status, s.model, s.backend, s.backend_reason = "training", safe_text(e.model_id), e.backend, e.backend_reason
     s.device, s.memory_bytes, s.preset, s.run_dir = e.device, e.memory_bytes, e.preset, e.run_dir
-    s.ram_total_bytes, s.offline = e.ram_total_bytes, e.offline
+    s.ram_total_bytes, s.offline, s.resources = e.ram_total_bytes, e.offline, e.resources
     s.total_rounds, s.round = e.total_rounds, e.start_round - 1
 
 
@@ -223,8 +227,8 @@ _HANDLERS = {
     EvaluationFinished: _evaluated,
     CheckpointSaved: _set(last_checkpoint=lambda e: e.path),
     PeersUpdated: _peers,
-    TrainingPaused: _set(status="paused"),
-    TrainingResumed: _set(status="training"),
+    TrainingPaused: _set(status="paused", pause_reason=lambda e: f"{e.reason}; resumes {e.resumes}" if e.reason else ""),
+    TrainingResumed: _set(status="training", pause_reason=""),
     SharingChanged: _set(sharing=lambda e: e.sharing),
     LogRecorded: _log,
     RunStopped: _stopped,

@@ -1,0 +1,142 @@
+"""Good guest: does the default thread count keep pace when other programs take the cores, and does the
+owner's own work keep its speed at level light?
+
+Part 1, pace. The bundled model's rounds (`swarm run --no-ui --offline`, a fresh run folder each time) while
+a competing load of 0, 1 and 2 busy-loop processes (started and stopped here) takes cores: the default
+(adaptive threads) against fixed `--threads 1` and `--threads 2`, interleaved within each load, on the
+torch and the llama.cpp engines. A run's pace is its median round time after the first round (metrics.jsonl
+`round_s`). Targets: default <= 1.15x the best fixed count, and <= 1.10x `--threads 1`.
+
+Part 2, the owner's side. A fixed pure-Python loop timed in another process: alone, then while a node
+trains at `[resources] level = light`. Target: at least 80% of its speed alone.
+
+Results: benchmarks/results/good_guest.json (rewritten after each measurement: a kill keeps what was done),
+with the load average beside every figure. Run it on an otherwise quiet machine:
+
+    python -m benchmarks.good_guest [--rounds 20] [--engines torch,llama_cpp]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "benchmarks" / "results" / "good_guest.json"
+BUSY = "while True: pass"
+OWNER_WORK = "import time\nt=time.perf_counter()\nx=0\nfor i in range(30_000_000): x+=i\nprint(time.perf_counter()-t)"
+
+
+def load_average() -> float:
+    return round(os.getloadavg()[0], 2)
+
+
+def busy_loops(n: int) -> list[subprocess.Popen]:
+    return [subprocess.Popen([sys.executable, "-c", BUSY]) for _ in range(n)]
+
+
+def stop(procs: list[subprocess.Popen]) -> None:
+    for p in procs:
+        p.kill()
+        p.wait()
+
+
+def run_rounds(work: Path, rounds: int, engine: str, threads: int | None, extra_env: dict | None = None) -> dict:
+    """One fresh `swarm run` of `rounds` rounds; its median round time after the first, and the threads it
+    ended on (from the run's own start line when adaptive)."""
+    run_dir = work / f"run-{time.monotonic_ns()}"
+    cmd = [sys.executable, "-m", "swarm_app", "run", "--no-ui", "--offline", "--fresh", "--rounds", str(rounds),
+           "--run-dir", str(run_dir), "--backend", engine]
+    if threads:
+        cmd += ["--threads", str(threads)]
+    env = {**os.environ, "SWARM_HOME": str(work / "home"), **(extra_env or {})}
+    before = load_average()
+    started = time.monotonic()
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
+    if proc.returncode != 0:
+        return {"error": proc.stderr.strip().splitlines()[-1:] or ["exit %d" % proc.returncode]}
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    times = [r["round_s"] for r in rows if "type" not in r][1:]
+    return {"median_round_s": round(statistics.median(times), 3), "mean_round_s": round(statistics.fmean(times), 3),
+            "wall_s": round(time.monotonic() - started, 1), "load_before": before, "load_after": load_average(),
+            "threads_used": sorted({r.get("threads") for r in rows if r.get("threads")})}
+
+
+def pace(args, work: Path, result: dict) -> None:
+    for engine in args.engines:
+        for load in (0, 1, 2):
+            procs = busy_loops(load)
+            time.sleep(2)
+            try:
+                cell = result.setdefault("pace", {}).setdefault(engine, {}).setdefault(str(load), {})
+                for mode, threads in (("default", None), ("threads_1", 1), ("threads_2", 2)):
+                    cell[mode] = run_rounds(work, args.rounds, engine, threads)
+                    write(result)
+                ok = all("median_round_s" in cell[m] for m in ("default", "threads_1", "threads_2"))
+                if ok:
+                    best = min(cell["threads_1"]["median_round_s"], cell["threads_2"]["median_round_s"])
+                    cell["default_vs_best"] = round(cell["default"]["median_round_s"] / best, 3)
+                    cell["default_vs_threads_1"] = round(cell["default"]["median_round_s"] / cell["threads_1"]["median_round_s"], 3)
+                write(result)
+            finally:
+                stop(procs)
+
+
+def owner(args, work: Path, result: dict) -> None:
+    alone = [float(subprocess.run([sys.executable, "-c", OWNER_WORK], capture_output=True, text=True).stdout)
+             for _ in range(3)]
+    config = work / "light.toml"
+    config.write_text("[resources]\nlevel = \"light\"\n")
+    run_dir = work / "owner-run"
+    node = subprocess.Popen([sys.executable, "-m", "swarm_app", "run", "--no-ui", "--offline", "--fresh", "--rounds", "0",
+                             "--run-dir", str(run_dir), "--config", str(config)],
+                            env={**os.environ, "SWARM_HOME": str(work / "home")},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(25)  # the model loaded and rounds under way
+        beside = [float(subprocess.run([sys.executable, "-c", OWNER_WORK], capture_output=True, text=True).stdout)
+                  for _ in range(3)]
+        load = load_average()
+    finally:
+        node.terminate()
+        node.wait(timeout=60)
+    result["owner"] = {"alone_s": alone, "beside_light_node_s": beside, "load_during": load,
+                       "speed_ratio": round(statistics.median(alone) / statistics.median(beside), 3)}
+    write(result)
+
+
+def write(result: dict) -> None:
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    tmp = OUT.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(result, indent=1))
+    os.replace(tmp, OUT)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--engines", default="torch,llama_cpp")
+    parser.add_argument("--skip-pace", action="store_true")
+    parser.add_argument("--skip-owner", action="store_true")
+    args = parser.parse_args()
+    args.engines = [e for e in args.engines.split(",") if e]
+    result = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "rounds": args.rounds, "cores": os.cpu_count(),
+              "load_at_start": load_average()}
+    with tempfile.TemporaryDirectory(prefix="swarm-guest-") as tmp:
+        if not args.skip_pace:
+            pace(args, Path(tmp), result)
+        if not args.skip_owner:
+            owner(args, Path(tmp), result)
+    print(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
