@@ -81,9 +81,9 @@ def pace(args, work: Path, result: dict) -> None:
                     write(result)
                 ok = all("median_round_s" in cell[m] for m in ("default", "threads_1", "threads_2"))
                 if ok:
-                    best = min(cell["threads_1"]["median_round_s"], cell["threads_2"]["median_round_s"])
-                    cell["default_vs_best"] = round(cell["default"]["median_round_s"] / best, 3)
-                    cell["default_vs_threads_1"] = round(cell["default"]["median_round_s"] / cell["threads_1"]["median_round_s"], 3)
+                    default, one = cell["default"]["median_round_s"], cell["threads_1"]["median_round_s"]
+                    best = min(one, cell["threads_2"]["median_round_s"])
+                    cell["default_vs_best"], cell["default_vs_threads_1"] = round(default / best, 3), round(default / one, 3)
                 write(result)
             finally:
                 stop(procs)
