@@ -91,12 +91,13 @@ def descriptor_budget(soft_limit: int | None, others: int = WATCH_CONNECTIONS) -
     return max(16, (soft_limit - RESERVED_DESCRIPTORS - others) // 2)
 
 
-def abort_transport(transport: asyncio.BaseTransport | None) -> None:
+def abort_transport(transport: asyncio.BaseTransport | None) -> int:
     """Close a connection at once: SO_LINGER 0 makes the close an RST that drops the kernel's unsent
     bytes (a plain close leaves them queued, in an orphaned socket, for as long as the peer keeps its
-    window shut), and abort() drops asyncio's buffer."""
+    window shut), and abort() drops asyncio's buffer. Returns the bytes dropped from that buffer."""
     if transport is None:
-        return
+        return 0
+    buffered = transport.get_write_buffer_size() if isinstance(transport, asyncio.WriteTransport) else 0
     sock = transport.get_extra_info("socket")  # still there while a graceful close flushes its buffer
     if sock is not None:
         linger = struct.pack("HH" if sys.platform == "win32" else "ii", 1, 0)  # struct linger {on, 0 s}
@@ -105,6 +106,7 @@ def abort_transport(transport: asyncio.BaseTransport | None) -> None:
         except (OSError, ValueError):  # not a TCP socket, or already closed: abort() alone is enough
             pass
     transport.abort()
+    return buffered
 
 
 class ConnectionGate:

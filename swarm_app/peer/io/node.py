@@ -328,6 +328,7 @@ class PeerNode:
         slowest.dropped = True
         while not slowest.queue.empty():  # freed now; the writer's finally cuts the connection
             slowest.queue.get_nowait()
+        server.TRIMMER.freed(slowest.queued_bytes)  # and given back to the OS soon (kernel/memory.py)
         slowest.queued_bytes = 0
         if slowest.writer is not None:
             slowest.writer.cancel()
@@ -419,6 +420,7 @@ class PeerNode:
             polite = not link.dropped  # a close asked for (bye sent, or none to send): the close handshake
         except (ConnectionError, TimeoutError, aiohttp.ClientError) as exc:
             log.debug("send failed: %r", exc)
+            server.forget_frames(exc)  # else a cycle through asyncio's waiter keeps the unsent frame (<= 1 MiB) alive
         finally:
             while not link.queue.empty():  # what it will never be sent is freed now, not with the link
                 link.queue.get_nowait()
