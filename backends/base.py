@@ -156,6 +156,8 @@ class ModelSpec:
     precision: str = "auto"
     """Number format of the model's weights in torch: "fp32", "bf16" or "auto" (see
     backends/torch/device.py: pick_device). The LoRA weights and their optimizer stay fp32."""
+    gpu_memory_fraction: float = 0.0
+    """Most of the GPU's memory the engine may allocate (CUDA; 0: no cap): the owner's other programs keep the rest."""
 
     def reported_id(self) -> str:
         """The model id to publish: `model_id`, else the folder's name."""

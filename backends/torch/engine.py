@@ -92,6 +92,7 @@ class TorchBackend(GrpoEngine):
         return hw.cuda and bool(torch_cuda_build())
 
     def load(self, spec: ModelSpec) -> None:
+        import torch
         from transformers import AutoModelForCausalLM, GenerationConfig
         from transformers.utils import logging as hf_logging
 
@@ -100,6 +101,8 @@ class TorchBackend(GrpoEngine):
         folder = model_folder(spec.path)
         check_model_folder(folder)
         device, dtype = pick_device(spec.threads, spec.precision, parameter_estimate(folder))
+        if device.type == "cuda" and spec.gpu_memory_fraction:
+            torch.cuda.set_per_process_memory_fraction(spec.gpu_memory_fraction, device)
         check_fits(folder, 2 if dtype != torch_float32() else 4, free_memory(device), where_of(device))
         tok = load_tokenizer(folder)
         try:

@@ -54,7 +54,8 @@ def model_spec(settings: Settings, model_dir: Path, trainable: bool = True, *, m
                      OptimConfig(t.learning_rate, t.weight_decay, t.epochs, t.minibatches, t.clip_low, t.clip_high,
                                  t.max_grad_norm),
                      threads=threads or settings.model.threads or 1, trainable=trainable, model_id=model_id,
-                     cache_dir=str(user_dirs().cache), precision=settings.model.precision)
+                     cache_dir=str(user_dirs().cache), precision=settings.model.precision,
+                     gpu_memory_fraction=settings.resources.gpu_memory_fraction)
 
 
 def any_port(listen: str) -> str:
