@@ -25,16 +25,16 @@ WINDOWS_LOCKED_BYTE = 1 << 20
 class RunLock:
     """The lock on one run folder; `release()` (or the end of the process) gives it up."""
 
-    def __init__(self, path: Path, handle: IO[str]) -> None:
+    def __init__(self, path: Path, handle: IO[bytes]) -> None:
         self.path = path
-        self._handle: IO[str] | None = handle
+        self._handle: IO[bytes] | None = handle
 
     @classmethod
     def acquire(cls, folder: Path) -> RunLock:
         """Lock `folder` (created if missing) for this process, or raise RunFolderBusy naming the holder."""
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / LOCK_FILE
-        handle = open(path, "a+", encoding="ascii")  # never truncated before the lock is ours
+        handle = open(path, "a+b")  # binary: Windows seeks past the end; never truncated before the lock is ours
         try:
             locked = _try_lock(handle)
         except OSError as exc:  # a file system without locks (some network mounts)
@@ -49,7 +49,7 @@ class RunLock:
                                 title="Run folder in use")
         handle.seek(0)
         handle.truncate()
-        handle.write(f"{os.getpid()}\n")
+        handle.write(f"{os.getpid()}\n".encode("ascii"))
         handle.flush()
         return cls(path, handle)
 
@@ -64,7 +64,7 @@ class RunLock:
         return self._handle is not None
 
 
-def _try_lock(handle: IO[str]) -> bool:
+def _try_lock(handle: IO[bytes]) -> bool:
     """Take the lock without waiting: True when it is ours now."""
     if os.name == "nt":
         import msvcrt
@@ -86,7 +86,7 @@ def _try_lock(handle: IO[str]) -> bool:
     return True
 
 
-def _read_pid(handle: IO[str]) -> int | None:
+def _read_pid(handle: IO[bytes]) -> int | None:
     handle.seek(0)
-    text = handle.read(32).strip()
+    text = handle.read(32).decode("ascii", "replace").strip()
     return int(text) if text.isdigit() else None
