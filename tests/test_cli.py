@@ -19,7 +19,7 @@ def swarm(*args, env=None):
 
 
 def test_version_and_cli_import_load_no_heavy_modules():
-    code = ("import sys, swarm_app.cli; heavy = {'torch', 'textual', 'mlx', 'llama_cpp', 'transformers'}; "
+    code = ("import sys, swarm_app.cli; heavy = {'torch', 'textual', 'mlx', 'llama_cpp', 'transformers', 'aiohttp'}; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
