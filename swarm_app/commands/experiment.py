@@ -27,7 +27,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         description="Runs every I/J config with N nodes for R rounds, for K seeds (every config of a seed uses the same "
         "node seeds; nodes with J > 0 swap rollouts over 127.0.0.1 as swarm run nodes do), then writes results.json, "
         "table.md and three PNGs to --out. Each (config, seed) cell is kept when it finishes: run the same command "
-        "again to continue a stopped experiment.")
+        "again to continue a stopped experiment. All nodes run in this process, each on its own engine thread with "
+        "--threads threads (default: the physical cores shared out among the nodes, at least 1).")
     parser.add_argument("--nodes", default="4", metavar="N", help="nodes per config (default 4)")
     parser.add_argument("--configs", metavar="I/J,...", help="own questions I / peers' groups J per round, I + J the "
                         "same in all (default: the model's I split as the paper splits 8; for the bundled model "
@@ -104,6 +105,9 @@ class ProgressView:
             self._progress(event)
         elif isinstance(event, runner.Started):
             self._line(format_start(event))
+        elif isinstance(event, runner.BaseScoring):
+            sampled = f" and {event.samples} samples each" if event.samples else ""
+            self._line(f"base model: scoring {event.n} held-out items (greedy{sampled})")
         elif isinstance(event, runner.BaseScored):
             self._line(format_base(event))
         elif isinstance(event, runner.CellStarted):

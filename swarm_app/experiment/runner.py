@@ -58,6 +58,14 @@ class Started:
 
 
 @dataclass(frozen=True)
+class BaseScoring:
+    """The base model's held-out scores are being measured (once per experiment folder)."""
+
+    n: int
+    samples: int
+
+
+@dataclass(frozen=True)
 class BaseScored:
     accuracy: float
     n: int
@@ -185,6 +193,7 @@ class _Experiment:
         base = self.store.read_base()
         kept = base is not None
         if base is None:
+            self.report(BaseScoring(self.plan.eval_n, self.plan.eval_samples))
             base = await asyncio.to_thread(score_base, cell_settings(self.settings, self.plan, self.plan.cells()[0]), self.plan)
             self.store.write_base(base)
         sampled = (base.get("sampled") or {}).get("mean_reward")
@@ -219,7 +228,8 @@ class _Experiment:
         write_json(self.store.results_file, {"experiment": {**_plan_dict(self.plan), **setup}, "base": base,
                                              "summary": summary, "cells": cells})
         write_text_atomic(self.store.table_file, markdown(self.plan, setup, summary))
-        title = f"{self.plan.nodes} nodes, {len(cells)} cells"
+        seeds = max(len(c["seeds"]) for c in summary["configs"])
+        title = f"{self.plan.nodes} nodes per config; mean over {seeds} seed(s), shaded: +-1 sd"
         pngs = draw_atomically(summary["curves"], self.store.root, title)
         return [self.store.results_file, self.store.table_file, *pngs]
 

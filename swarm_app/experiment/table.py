@@ -28,7 +28,9 @@ def _setup_lines(plan: Plan, setup: dict[str, Any], summary: dict[str, Any]) -> 
             f"Held-out: greedy accuracy on {plan.eval_n} items every {plan.eval_every or plan.rounds} rounds and at the end "
             f"(start: the base model){sampled}.",
             f"Threads: all nodes of a cell in one process, one engine thread each at {plan.threads} thread(s); "
-            "the load average of every cell is in the last table."]
+            "the load average of every cell is in the last table."
+            + (" CPU s per node-round counts the engine thread only: at more than one thread per node its helper "
+               "threads are left out." if plan.threads > 1 else "")]
 
 
 def _main_table(configs: list[dict[str, Any]], solo: str | None) -> list[str]:
