@@ -58,7 +58,7 @@ LISTEN_BACKLOG = 16
 """Kernel accept queue. asyncio accepts up to this many sockets per loop pass before the gate sees
 them; a few passes in flight under a flood then hold ~4 x 16 descriptors, not 4 x 128."""
 NEWCOMER_SHARE = 0.15
-"""Slice of a gate's total kept for newcomers: 67 of 448 connections at a 1,024-descriptor limit, 7 of 48
+"""Slice of a gate's total kept for newcomers: 64 of 432 connections at a 1,024-descriptor limit, 7 of 48
 at 256. Enough for a fresh peer's hello and side calls while 70 churning addresses hold the rest."""
 NEWCOMER_CONNECTIONS = 16
 """An address stays a newcomer for its first 16 connections in `RECENT_S`, refused ones included (a
