@@ -58,6 +58,7 @@ def test_a_random_seed_is_kept_with_the_run(stub_model, tmp_path):
     settings.train.seed = -1
     first = Session(settings)
     first.open()
+    first.close()  # one node per run folder: the first lets go of it
     again = Session(make_settings(stub_model, tmp_path / "run", 2))
     again.settings.train.seed = -1
     again.open()
