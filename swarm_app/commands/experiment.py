@@ -25,7 +25,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
         "experiment", help="the paper's table: nodes trained alone against nodes that share (resumable)",
         description="Runs every I/J config with N nodes for R rounds, for K seeds (every config of a seed uses the same "
-        "node seeds; nodes with J > 0 swap rollouts over 127.0.0.1 as swarm run nodes do), then writes results.json, "
+        "node seeds; nodes with J > 0 swap rollouts over 127.0.0.1 as swarm run nodes do, I/0 nodes train offline), "
+        "then writes results.json, "
         "table.md and three PNGs to --out. Each (config, seed) cell is kept when it finishes: run the same command "
         "again to continue a stopped experiment. All nodes run in this process, each on its own engine thread with "
         "--threads threads (default: the physical cores shared out among the nodes, at least 1).")

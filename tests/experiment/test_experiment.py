@@ -25,6 +25,14 @@ def test_default_configs_split_the_models_update_as_the_paper_splits_8():
     assert parse_configs(" 32/0, 16/16") == (Config(32, 0), Config(16, 16))
 
 
+def test_it_has_its_help(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["experiment", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert exit_info.value.code == 0 and text.startswith("usage: swarm experiment ")
+    assert "run the same command again to continue a stopped experiment" in text
+
+
 @pytest.mark.parametrize("flags, says", [
     (["--configs", "32/0,16/8"], "I + J must be the same"),
     (["--configs", "32-0"], "is not I/J"),
