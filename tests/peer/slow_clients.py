@@ -3,8 +3,9 @@ tests (tests/peer/io/test_output_budgets.py) and benchmarks/slow_readers.py.
 
 - `big_rollout`: a valid group (right answers and wrong ones, so it has a reward spread) padded with
   filler to ~48 KB of body, under the 64 KiB limit.
-- `fill_pool`: pushes such rollouts to a node from many authors, each author from a source address of
-  its own /24 (127.0.N.1), so per-address and per-network budgets at admission are not what limits it.
+- `PoolFiller`, `fill_pool`: push such rollouts to a node from many authors, each author from a source
+  address of its own /24 (127.0.N.1), so per-address and per-network budgets at admission are not what
+  limits it; `keep_fresh` keeps pushing, for a node whose own rollouts turn its pool over.
 - `SlowHttpReader`: asks GET /rsp/v1/sample and never reads the answer (receive buffer 4 KiB).
 - `RawWebsocket`: a websocket client over asyncio streams that completes the hello and then reads only
   when told to; aiohttp's client would read everything into memory, which is not what an attacker does.
@@ -34,6 +35,11 @@ FILLER_COMPLETIONS = 32
 FILLER_CHARS = 1400
 """32 completions of ~1,400 characters: ~48 KB a body, so 20 of them fill a 1 MiB answer."""
 SMALL_RCVBUF = 4096
+PUSH_ITEMS = 16
+"""Rollouts per push message: 16 x ~48 KB stays under the 1 MiB frame limit."""
+POOL_FULL_PER_AUTHOR = 64
+"""24 authors x 64 x ~45 KB = ~69 MB: past the pool's 64 MiB byte cap, so that pushing more evicts as
+much as it adds and the node's memory has a steady state to measure against."""
 
 
 def big_rollout(seed: int, index: int) -> Rollout:
@@ -65,8 +71,9 @@ async def push_as(address: str, source: str, identity: Identity, rollouts: list[
             hs = ClientHandshake(identity, None)
             await ws.send_str(encode(hs.start()))
             await ws.send_str(encode(hs.on_server_hello(decode_frame((await ws.receive(timeout=10)).data))))
-            await ws.send_str(encode({"t": "push", "items": items}))
-            await asyncio.sleep(0.5)  # let the node read the push before the close
+            for start in range(0, len(items), PUSH_ITEMS):
+                await ws.send_str(encode({"t": "push", "items": items[start:start + PUSH_ITEMS]}))
+            await asyncio.sleep(0.5)  # let the node read the pushes before the close
 
 
 async def sample_size(address: str, source: str = "127.0.0.3") -> tuple[int, int]:
@@ -78,18 +85,42 @@ async def sample_size(address: str, source: str = "127.0.0.3") -> tuple[int, int
             return (len(json.loads(body)["items"]) if resp.status == 200 else -resp.status), len(body)
 
 
+class PoolFiller:
+    """`authors` fresh keys, each pushing big rollouts from its own /24. `fill` pushes `per_author` each
+    and waits until a sample answer holds `want_items` items; `keep_fresh` pushes one more each every
+    `every_s` until `until` (monotonic), so that a node whose own rollouts turn its pool over (the fake
+    engine makes ~1,000 a second) still answers with them."""
+
+    def __init__(self, address: str, authors: int = 24) -> None:
+        self.address = address
+        self.identities = [Identity.generate() for _ in range(authors)]
+        self.pushed = 0
+
+    async def push_round(self, per_author: int) -> None:
+        start, self.pushed = self.pushed, self.pushed + per_author
+        await asyncio.gather(*(push_as(self.address, source_of(a), identity,
+                                       [big_rollout(seed=7, index=a * 100_000 + start + i) for i in range(per_author)])
+                               for a, identity in enumerate(self.identities)))
+
+    async def fill(self, per_author: int = POOL_FULL_PER_AUTHOR, want_items: int = 16) -> tuple[int, int]:
+        await self.push_round(per_author)
+        for _ in range(100):
+            items, size = await sample_size(self.address)
+            if items >= want_items:
+                return items, size
+            await asyncio.sleep(0.1)
+        raise AssertionError(f"the pool did not fill: a sample answer holds {items} items")
+
+    async def keep_fresh(self, until: float, every_s: float = 3.0) -> None:
+        while time.monotonic() < until:
+            await asyncio.sleep(every_s)
+            await self.push_round(1)
+
+
 async def fill_pool(address: str, authors: int = 24, per_author: int = 4, want_items: int = 16) -> tuple[int, int]:
     """Push `per_author` big rollouts from each of `authors` fresh keys; wait until a sample answer holds
     `want_items` items. Returns that answer's (items, bytes)."""
-    pushes = [push_as(address, source_of(a), Identity.generate(),
-                      [big_rollout(seed=7, index=a * 100 + i) for i in range(per_author)]) for a in range(authors)]
-    await asyncio.gather(*pushes)
-    for _ in range(100):
-        items, size = await sample_size(address)
-        if items >= want_items:
-            return items, size
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"the pool did not fill: a sample answer holds {items} items")
+    return await PoolFiller(address, authors).fill(per_author, want_items)
 
 
 def small_buffer_socket(source: str) -> socket.socket:

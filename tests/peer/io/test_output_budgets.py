@@ -120,3 +120,17 @@ async def test_a_websocket_peer_that_stops_reading_is_dropped_and_its_connection
     print(f"\nslow websocket reader of {pulls} answers dropped after {took:.1f} s; counters {json.dumps(counters)}")
     assert dropped and took < 8.0, "the peer that stopped reading is still connected"
     assert freed, "its TCP connection is still open on the node"
+
+
+@pytest.mark.slow
+def test_a_minute_of_slow_readers_leaves_rss_flat():
+    """100 slow readers from 8 addresses for 60 s against a `swarm run --backend fake` node in a subprocess
+    whose pool makes every answer ~0.9 MB (benchmarks/slow_readers.py, which also reports rounds/s)."""
+    from benchmarks.slow_readers import build_parser, scenario
+
+    args = build_parser().parse_args(["--baseline-s", "20", "--attack-s", "60", "--after-s", "30"])
+    result = asyncio.run(scenario(args))
+    print("\n" + json.dumps(result, indent=1))
+    assert result["node_survived"]
+    assert result["rss_during_over_baseline_mb"] < 100
+    assert result["rss_after_over_baseline_pct"] < 10
