@@ -76,10 +76,11 @@ class GuestPolicy:
         return self.rules.decide(self.sensors())
 
     def describe(self, level: str, priority: str) -> str:
+        """One short line for the views: "level full, threads adapt 1-2, nice 10"."""
         if self.fixed:
-            threads = f"{self.fixed} thread{'s' if self.fixed > 1 else ''} as set (--threads)"
+            threads = f"{self.fixed} thread{'s' if self.fixed > 1 else ''} (--threads)"
         elif self.tuner is not None:
-            threads = f"threads adapt within 1-{self.limits.max_threads} to what else runs"
+            threads = f"threads adapt 1-{self.limits.max_threads}"
         else:
             threads = f"{self.limits.max_threads} thread{'s' if self.limits.max_threads > 1 else ''}"
-        return f"level {level} ({self.limits.reason}); {threads}; {priority}"
+        return f"level {level}, {threads}, {priority}"

@@ -42,7 +42,7 @@ class EngineBadge(Static):
         why = Text(f"chosen: {s.backend_reason}" + (f" · {s.resources}" if s.resources else ""), style="dim")
         line2 = Text(f"model {s.model} · tasks {s.preset} · " + (f"node {s.node_id[:12]} on {s.address}"
                                                                if s.node_id else "offline (training alone)"))
-        self.update(Text("\n").join([line1, why, line2]))
+        self.update(Text("\n").join([line1, why, line2]))  # no wrapping (swarm.tcss): a long reason is cut short
 
 
 EVALUATION_LABELS = {"final": "finished · final evaluation", "baseline": "baseline evaluation (the untouched model)"}

@@ -66,28 +66,34 @@ def test_a_random_seed_is_kept_with_the_run(stub_model, tmp_path):
     assert first.seed == again.seed == stored >= 0
 
 
+def shared_before(events) -> int:
+    """Own groups with a reward spread in the rounds finished so far (what the node published)."""
+    return sum(e.metrics.groups_with_signal - e.metrics.n_external for e in events if isinstance(e, RoundFinished))
+
+
 def test_metrics_endpoint_shows_training_and_swarm_figures(stub_model, tmp_path):
     import aiohttp
 
     async def scenario():
         events = []
-        settings = networked(make_settings(stub_model, tmp_path / "run", 0, local=2, completions=2), 3)
+        settings = networked(make_settings(stub_model, tmp_path / "run", 0, local=4, completions=4), 3)
         session = Session(settings, on_event=events.append)
         task = asyncio.create_task(session.run())
-        for _ in range(600):
-            if any(isinstance(e, RoundFinished) for e in events):
+        for _ in range(600):  # until a round had an own group with a reward spread: those are published
+            if shared_before(events):
                 break
             await asyncio.sleep(0.05)
+        shared = shared_before(events)
         address = next(e.address for e in events if isinstance(e, SwarmJoined))
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http:
             async with http.get(f"http://{address}/metrics") as response:
                 text = await response.text()
         session.stop()
         await task
-        return text
+        return text, shared
 
-    text = asyncio.run(scenario())
+    text, shared = asyncio.run(scenario())
     gauges = {line.split()[0]: float(line.split()[1]) for line in text.splitlines() if line and not line.startswith("#")}
     assert gauges["swarm_train_round"] >= 1
     assert 0.0 <= gauges["swarm_train_reward_local"] <= 1.0
-    assert gauges["rsp_published_total"] >= 2
+    assert gauges["rsp_published_total"] >= shared >= 1  # own groups with a reward spread, signed and shared
