@@ -82,20 +82,17 @@ async def slow_connection(port: int, until: float, counts: dict) -> None:
 
 
 async def watch_live_rounds(run_dir: Path, rounds: int, within_s: float) -> tuple[int, float]:
-    """Attach as `swarm watch` does and read until `rounds` live RoundFinished events after the replay;
-    (rounds seen, seconds it took)."""
-    started = time.monotonic()
+    """Attach as `swarm watch` does and read until `rounds` live RoundFinished events (rounds the node had
+    not finished when the watcher started: the replay holds only those it had); (rounds seen, seconds)."""
+    started, done_before = time.monotonic(), rounds_done(run_dir)  # a row is written before its event goes out
+    seen = 0
     async with NodeStream(run_dir) as stream:
-        first_live, seen = None, 0
         async with asyncio.timeout(within_s):
             async for event in stream.events():
-                if isinstance(event, RoundFinished):
-                    if first_live is None:
-                        first_live = event.metrics.round + 1  # the replay's newest round; anything after is live
-                    elif event.metrics.round >= first_live:
-                        seen += 1
-                        if seen >= rounds:
-                            break
+                if isinstance(event, RoundFinished) and event.metrics.round > done_before:
+                    seen += 1
+                    if seen >= rounds:
+                        break
     return seen, time.monotonic() - started
 
 
@@ -107,7 +104,7 @@ async def flood_and_watch(run_dir: Path) -> dict:
     await wait_until(lambda: counts["opened"] + counts["failed"] >= FLOOD, 20, "the flood to open")
     rounds_at_start = rounds_done(run_dir)
     await asyncio.sleep(2.0)  # the node has had 2 s of it: long enough to run out of descriptors before
-    live, attach_s = await watch_live_rounds(run_dir, rounds=50, within_s=10.0)  # ~0.5 s of a fake-engine run
+    live, attach_s = await watch_live_rounds(run_dir, rounds=20, within_s=10.0)  # ~0.2 s of an idle fake-engine run
     await asyncio.sleep(max(0.0, until - time.monotonic()))
     rounds_during = rounds_done(run_dir) - rounds_at_start
     await asyncio.gather(*flood)
@@ -139,7 +136,7 @@ def test_a_slow_connection_flood_on_the_watch_port_neither_stops_training_nor_lo
           f"finished {result['rounds_during']} rounds in those 14 s; the watcher attached and saw {result['live']} "
           f"live rounds in {result['attach_s']:.1f} s")
     assert alive and node.returncode == 0, stderr[-3000:]
-    assert result["live"] >= 50 and result["rounds_during"] >= 100
+    assert result["live"] >= 20 and result["rounds_during"] >= 50  # ~2,000 idle; 275-1,545 seen under the flood
     assert "Too many open files" not in stderr and "Traceback" not in stderr, stderr[-3000:]
 
 
