@@ -28,6 +28,8 @@ POSIX_PATH_PREFIXES = ("/tmp", "/var/", "/etc/", "/usr/", "/home/", "/dev/", "/p
 TEXT_IO_METHODS = {"read_text", "write_text"}
 
 REVIEWED: dict[tuple[str, str], str] = {
+    ("swarm_app/kernel/runlock.py", "import fcntl"):
+        "the POSIX branch of _try_lock; Windows takes the msvcrt.locking branch beside it",
     ("swarm_app/kernel/gate.py", "import resource"):
         "inside try/except ImportError; Windows has no RLIMIT_NOFILE and gets FALLBACK_BUDGET (256)",
     ("tools/installer.py", "os.symlink"):
