@@ -103,6 +103,9 @@ class Admission:
             return verdict
         if not signature_valid(parsed, signed):
             return Rejected("bad_signature")
+        new = self.standing.home(parsed.rollout.author) == ""
+        if new and not self.new_authors.allows(source_ip, pushed, now_ms / 1000):
+            return Rejected("new_author", parsed.rollout.author)  # before any per-author table grows
         if not self._author_buckets.take(parsed.author_key, now_ms / 1000):
             return Rejected("author_rate", parsed.rollout.author)
         task, verdict = self._check_ground_truth(parsed.rollout)
@@ -111,7 +114,7 @@ class Admission:
         if len({self._score(task, text) for text in parsed.rollout.completions}) < 2:
             return Rejected("no_signal", f"{parsed.rollout.ref.dataset} #{parsed.rollout.ref.index}")
         author, now = parsed.rollout.author, now_ms / 1000
-        if self.standing.home(author) == "" and not self.new_authors.take(source_ip, pushed, now):
+        if new and not self.new_authors.take(source_ip, pushed, now):
             return Rejected("new_author", author)
         self.standing.introduce(author, source_ip, now)
         return self._file(parsed, signed, via, source_ip)

@@ -70,13 +70,18 @@ class NewAuthorBudget:
         self._push = (buckets(limits.push_per_address), buckets(limits.push_per_network))
         self._pull = (buckets(limits.pull_per_address), buckets(limits.pull_per_network))
 
+    def allows(self, ip: str, pushed: bool, now: float) -> bool:
+        """Whether one more new author from `ip` fits both its address's and its network's budget (nothing
+        is spent, and no table grows: a spent budget costs the node no memory per fresh key)."""
+        per_address, per_network = self._push if pushed else self._pull
+        return per_address.peek(ip, now) >= 1 and per_network.peek(prefix_of(ip), now) >= 1
+
     def take(self, ip: str, pushed: bool, now: float) -> bool:
         """One new author from `ip`: True when both its address and its network have a token left."""
         per_address, per_network = self._push if pushed else self._pull
-        network = prefix_of(ip)
-        if per_address.peek(ip, now) < 1 or per_network.peek(network, now) < 1:
+        if not self.allows(ip, pushed, now):
             return False
-        return per_address.take(ip, now) and per_network.take(network, now)
+        return per_address.take(ip, now) and per_network.take(prefix_of(ip), now)
 
 
 class Standing:
