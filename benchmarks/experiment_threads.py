@@ -111,16 +111,18 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS),
+                        help="in this order; a variant may repeat (interleave them: the load of a shared machine drifts)")
     parser.add_argument("--out", type=Path, default=Path("out/experiment_threads"))
     args = parser.parse_args()
-    results = {"nodes": args.nodes, "rounds": args.rounds, "cores": psutil.cpu_count(logical=False), "variants": {}}
-    for name in args.variants:
+    results = {"nodes": args.nodes, "rounds": args.rounds, "cores": psutil.cpu_count(logical=False), "runs_in_order": []}
+    for index, name in enumerate(args.variants):
         load_before = os.getloadavg()
         started = time.monotonic()
-        result = VARIANTS[name](args.nodes, args.rounds, args.out / name)
-        result.update(wall_s=round(time.monotonic() - started, 1), load_before=load_before, load_after=os.getloadavg())
-        results["variants"][name] = result
+        result = VARIANTS[name](args.nodes, args.rounds, args.out / f"{index}-{name}")  # a folder per run: never resumed
+        result.update(variant=name, wall_s=round(time.monotonic() - started, 1), load_before=load_before,
+                      load_after=os.getloadavg())
+        results["runs_in_order"].append(result)
         nodes = result["nodes"]
         print(f"{name:10s} round s {statistics.mean(n['round_s'] for n in nodes):6.2f}  CPU s/round "
               f"{statistics.mean(n['cpu_s_per_round'] for n in nodes):5.2f}  node-rounds/min "
