@@ -58,7 +58,8 @@ def test_a_run_folder_unwritable_mid_run_is_one_line_and_exit_1(stub_model, tmp_
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
     try:
         deadline = time.monotonic() + 60
-        while not (run_dir / "checkpoints" / "latest.json").exists():
+        # a checkpoint written, and watch.json advertised (on a thread of its own: it can come later)
+        while not ((run_dir / "checkpoints" / "latest.json").exists() and (run_dir / "watch.json").exists()):
             assert time.monotonic() < deadline and proc.poll() is None, "no checkpoint was written"
             time.sleep(0.1)
         # The next checkpoint cannot be written, and on the way out neither can watch.json be removed.
