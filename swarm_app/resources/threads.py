@@ -5,7 +5,9 @@ One thread per physical core is right on an idle machine and falls apart as soon
 thread under a load of 3-6 on 2 cores). So the count is measured, not assumed. `ThreadTuner` starts on one
 thread (never the slow case), tries each larger candidate for one round, keeps the fastest, and every
 `probe_every` rounds tries a neighbouring count for one round (4% of rounds at the default of 25), moving
-when it is `min_gain` faster; a round much slower than recent ones (something started on the machine)
+when it is `min_gain` faster. One fast probe round can be luck (a sibling process paused for a moment), so a
+move is on trial: if the next `confirm` rounds on the new count are not faster than the old count's usual
+speed, the tuner moves back. A round much slower than recent ones (something started on the machine)
 brings the next probe forward. A probe round that runs past `abort_after` times the usual round is cut
 short: the session asks `abort_probe` during the round and goes back to the best count at once, so a bad
 probe costs at most about that much. Speed is work per second (tokens generated plus trained), so rounds
@@ -29,9 +31,12 @@ def candidates(max_threads: int) -> list[int]:
 
 class ThreadTuner:
     def __init__(self, max_threads: int, probe_every: int = 25, min_gain: float = 0.10, slowdown: float = 2.0,
-                 abort_after: float = 2.0) -> None:
+                 abort_after: float = 2.0, confirm: int = 2) -> None:
         self.options = candidates(max_threads)
         self.probe_every, self.min_gain, self.slowdown, self.abort_after = probe_every, min_gain, slowdown, abort_after
+        self.confirm = confirm
+        self._on_trial: tuple[int, float, list[float]] | None = None
+        """After a move: (the count moved from, its usual speed, the new count's speeds since the move)."""
         self.best = self.options[0]
         self.probe: int | None = None
         """The count on trial this round (None: the round runs on `best`)."""
@@ -53,12 +58,24 @@ class ThreadTuner:
             self._note(self.threads, work / seconds, seconds)
         if self.probe is not None:
             if self._faster(self.probe, self.best):
+                self._on_trial = (self.best, median(self._speed[self.best]) if self._speed[self.best] else 0.0, [])
                 self.best = self.probe
             self.probe = None
         else:
             self._since_probe += 1
+            if self._on_trial is not None and seconds > 0 and work > 0:
+                self._judge_move(work / seconds)
         self._next()
         return self.threads
+
+    def _judge_move(self, speed: float) -> None:
+        moved_from, usual, since = self._on_trial
+        since.append(speed)
+        if len(since) < self.confirm:
+            return
+        self._on_trial = None
+        if median(since) <= usual:  # the probe was luck: back to the count that was faster
+            self.best = moved_from
 
     def abort_probe(self, elapsed_s: float) -> bool:
         """True (and back on `best`) when the probe round has run `abort_after` times a usual round."""

@@ -49,3 +49,11 @@ def test_more_cores_find_the_middle():
     speed = {1: 1.0, 2: 1.8, 4: 3.0, 8: 2.0}  # hyperthreads and a busy neighbour: 4 is best
     run(tuner, lambda t, r: 1.0 / speed[t], 200)
     assert tuner.best == 4
+
+
+def test_one_lucky_probe_round_does_not_move_it_for_good():
+    tuner = ThreadTuner(2)
+    # 2 threads are slower here (a busy sibling), but the first trial round of 2 happens to run fast
+    used = run(tuner, lambda t, r: 1.0 if t == 1 else (0.5 if r == 1 else 1.5), 60)
+    assert tuner.best == 1
+    assert used[2:].count(2) <= 2 + 2  # the trial's confirmation rounds, then one probe in 25
