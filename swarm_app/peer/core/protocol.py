@@ -89,6 +89,8 @@ class NodeCore:
         self._pull_id = 0
         self._next_pull = self._next_exchange = self._next_rotate = self._next_expire = self._next_standing = 0.0
         self._own_push = TokenBucket(config.own_push_rate, config.own_push_burst, 0.0)
+        self.reachable: bool | None = None
+        """Whether peers can dial this node from outside, as dial-back found (None: not known yet)."""
 
     @property
     def node_id(self) -> str:
@@ -458,6 +460,10 @@ class NodeCore:
         self.counters["http_samples_served"] += 1
         signed = self.pool.for_pull(have, max(1, min(limit, self.config.pull_max)), int(now * 1000), "", self.rng)
         return fit_items([s.to_item() for s in signed])
+
+    def set_reachable(self, reachable: bool | None) -> None:
+        """What dial-back found: peers can dial this node (True), cannot (False), or not known yet (None)."""
+        self.reachable = reachable
 
     def set_sharing(self, share: bool) -> None:
         """Push own rollouts to peers (True) or keep them (False), from the next one on."""
