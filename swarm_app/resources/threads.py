@@ -1,17 +1,17 @@
 """Thread counts that adapt: the engine computes on whichever count is fastest on this machine now.
 
 One thread per physical core is right on an idle machine and falls apart as soon as anything else runs
-(OpenMP threads waiting for a descheduled sibling stall every parallel region: 15-95x slower than one
-thread under a load of 3-6 on 2 cores). So the count is measured, not assumed. `ThreadTuner` starts on one
-thread (never the slow case), tries each larger candidate for one round, keeps the fastest, and every
-`probe_every` rounds tries a neighbouring count for one round (4% of rounds at the default of 25), moving
-when it is `min_gain` faster. One fast probe round can be luck (a sibling process paused for a moment), so a
-move is on trial: if the next `confirm` rounds on the new count are not faster than the old count's usual
-speed, the tuner moves back. A round much slower than recent ones (something started on the machine)
-brings the next probe forward. A probe round that runs past `abort_after` times the usual round is cut
-short: the session asks `abort_probe` during the round and goes back to the best count at once, so a bad
-probe costs at most about that much. Speed is work per second (tokens generated plus trained), so rounds
-of different sizes compare. Sans-IO: the session reports each round and applies `threads`.
+(OpenMP threads waiting for a descheduled sibling stall every parallel region: 15-95x slower than one thread
+under a load of 3-6 on 2 cores). So the count is measured, not assumed. `ThreadTuner` starts on one thread
+(never the slow case), measures it after a warm-up round, tries each larger candidate for one round, keeps
+the fastest, and every `probe_every` rounds tries a neighbouring count for one round (4% of rounds at the
+default of 25), moving when it is `min_gain` faster. One fast probe round can be luck (a sibling process
+paused for a moment), so a move is on trial: if the next `confirm` rounds on the new count are not faster
+than the old count's usual speed, the tuner moves back. A round much slower than recent ones (something
+started on the machine) brings the next probe forward. A probe round that runs past `abort_after` times the
+usual round is cut short: the session asks `abort_probe` during the round and goes back to the best count at
+once, so a bad probe costs at most about that much. Speed is work per second (tokens generated plus
+trained), so rounds of different sizes compare. Sans-IO: the session reports each round and applies `threads`.
 """
 
 from __future__ import annotations
@@ -31,10 +31,13 @@ def candidates(max_threads: int) -> list[int]:
 
 class ThreadTuner:
     def __init__(self, max_threads: int, probe_every: int = 25, min_gain: float = 0.10, slowdown: float = 2.0,
-                 abort_after: float = 2.0, confirm: int = 2) -> None:
+                 abort_after: float = 2.0, confirm: int = 2, warmup: int = 1) -> None:
         self.options = candidates(max_threads)
         self.probe_every, self.min_gain, self.slowdown, self.abort_after = probe_every, min_gain, slowdown, abort_after
         self.confirm = confirm
+        self._warmup = warmup
+        """Rounds not measured at the start: the first round also loads kernels and fills caches, and
+        measured, it made one thread look slow enough for any probe to beat it."""
         self._on_trial: tuple[int, float, list[float]] | None = None
         """After a move: (the count moved from, its usual speed, the new count's speeds since the move)."""
         self.best = self.options[0]
@@ -54,6 +57,9 @@ class ThreadTuner:
 
     def record(self, work: float, seconds: float) -> int:
         """A round on `threads` did `work` in `seconds`; returns the count for the next round."""
+        if self._warmup > 0:
+            self._warmup -= 1
+            return self.threads
         if seconds > 0 and work > 0:
             self._note(self.threads, work / seconds, seconds)
         if self.probe is not None:

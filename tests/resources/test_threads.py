@@ -57,3 +57,11 @@ def test_one_lucky_probe_round_does_not_move_it_for_good():
     used = run(tuner, lambda t, r: 1.0 if t == 1 else (0.5 if r == 1 else 1.5), 60)
     assert tuner.best == 1
     assert used[2:].count(2) <= 2 + 2  # the trial's confirmation rounds, then one probe in 25
+
+
+def test_the_slow_first_round_is_not_taken_as_one_threads_pace():
+    tuner = ThreadTuner(2)
+    # the first round loads kernels (3x slower); afterwards 2 threads are 5% slower than 1 (a busy sibling)
+    used = run(tuner, lambda t, r: 3.0 if r == 0 else (1.0 if t == 1 else 1.05), 24)
+    assert tuner.best == 1 and used[:2] == [1, 1]
+    assert used.count(2) == 1  # one trial round, lost
