@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -127,6 +128,8 @@ def main() -> int:
     parser.add_argument("--skip-owner", action="store_true")
     args = parser.parse_args()
     args.engines = [e for e in args.engines.split(",") if e]
+    # a kill runs the `finally`s that stop the busy loops: a stray one would load every later measurement
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     result = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "rounds": args.rounds, "cores": os.cpu_count(),
               "load_at_start": load_average()}
     with tempfile.TemporaryDirectory(prefix="swarm-guest-") as tmp:
