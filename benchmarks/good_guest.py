@@ -32,6 +32,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "results" / "good_guest.json"
 BUSY = "while True: pass"
+SEED = 7
+"""Every run draws the same questions: with a run's own random seed, round times differ by ~10% between runs
+for the questions alone."""
 OWNER_WORK = "import time\nt=time.perf_counter()\nx=0\nfor i in range(30_000_000): x+=i\nprint(time.perf_counter()-t)"
 
 
@@ -54,7 +57,7 @@ def run_rounds(work: Path, rounds: int, engine: str, threads: int | None, extra_
     ended on (from the run's own start line when adaptive)."""
     run_dir = work / f"run-{time.monotonic_ns()}"
     cmd = [sys.executable, "-m", "swarm_app", "run", "--no-ui", "--offline", "--fresh", "--rounds", str(rounds),
-           "--run-dir", str(run_dir), "--backend", engine]
+           "--run-dir", str(run_dir), "--backend", engine, "--seed", str(SEED)]
     if threads:
         cmd += ["--threads", str(threads)]
     env = {**os.environ, "SWARM_HOME": str(work / "home"), **(extra_env or {})}
@@ -67,7 +70,8 @@ def run_rounds(work: Path, rounds: int, engine: str, threads: int | None, extra_
     times = [r["round_s"] for r in rows if "type" not in r][1:]
     return {"median_round_s": round(statistics.median(times), 3), "mean_round_s": round(statistics.fmean(times), 3),
             "wall_s": round(time.monotonic() - started, 1), "load_before": before, "load_after": load_average(),
-            "threads_used": sorted({r.get("threads") for r in rows if r.get("threads")})}
+            "threads_used": sorted({r.get("threads") for r in rows if r.get("threads")}),
+            "threads_by_round": [r.get("threads") for r in rows if "type" not in r]}
 
 
 def pace(args, work: Path, result: dict) -> None:
@@ -77,7 +81,8 @@ def pace(args, work: Path, result: dict) -> None:
             time.sleep(2)
             try:
                 cell = result.setdefault("pace", {}).setdefault(engine, {}).setdefault(str(load), {})
-                for mode, threads in (("default", None), ("threads_1", 1), ("threads_2", 2)):
+                modes = [("default", None), ("threads_1", 1), ("threads_2", 2)]
+                for mode, threads in modes[load:] + modes[:load]:  # each mode first at one load: no drift bias
                     cell[mode] = run_rounds(work, args.rounds, engine, threads)
                     write(result)
                 ok = all("median_round_s" in cell[m] for m in ("default", "threads_1", "threads_2"))
