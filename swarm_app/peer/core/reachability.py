@@ -1,0 +1,239 @@
+"""Whether peers can dial this node from outside, found by dial-back; and the helper's side of it.
+
+A node behind a home router or carrier NAT can dial out but cannot be dialed: it must not be advertised as
+a dial target. It cannot know this from the inside (its own address is a private one, the router's mapping
+unknown), so it asks peers, as BitTorrent's and libp2p's reachability checks do:
+
+1. the requester sends `POST /rsp/v1/dialback {"node", "port", "token"}` to a helper (a peer it knows);
+2. the helper dials `http://<the IP it observed the request from>:<port>/rsp/v1/probe?token=..&nonce=..`,
+   never another host: a dial-back cannot be aimed at a third party;
+3. the probe answers the requester's node id, key and a signature over the helper's fresh nonce, so the
+   helper knows it reached that node (not another program on the port); the helper answers the POST with
+   `{"reachable": bool}`.
+
+The requester counts a confirmation only when the helper says so AND its own probe endpoint saw the token it
+gave that helper: a lying helper can make a node believe it is unreachable (it then only dials out, which
+works) but never that it is reachable. `Reachability` turns answers into a verdict: reachable after
+`confirmations` distinct networks (/24, /48; distinct addresses where `by_address`, for nodes that all live
+on loopback) confirmed, unreachable after `failures` distinct networks could not, and the check starts over
+every `recheck_s`. `DialbackDoor` is the helper's rate limit, per requester address and in total.
+
+Sans-IO like the core: time comes in as an argument, randomness from the caller's `random.Random`; nothing
+here opens a socket. The I/O shell (peer/io/reachability.py) runs the requests and calls
+`NodeCore.set_reachable` with the verdict.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+import rfc8785
+
+from swarm_app.peer.core.identity import Identity, b64url, node_id_of, unb64url, verify
+from swarm_app.peer.core.ratelimit import BucketMap, TokenBucket
+from swarm_app.peer.core.sources import prefix_of
+
+PROBE_PREFIX = b"RSP/1 probe\n"
+TOKEN_BYTES = 16
+NONCE_BYTES = 32
+
+
+@dataclass(frozen=True)
+class ReachabilityPolicy:
+    confirmations: int = 3
+    """Distinct networks that must dial this node back before it counts as reachable."""
+    failures: int = 3
+    """Distinct networks that could not, before it counts as unreachable."""
+    ask_every_s: float = 20.0
+    """At most one dial-back request started per this many seconds (a helper dials once per request)."""
+    ask_again_s: float = 600.0
+    """The same helper address is not asked twice within this."""
+    recheck_s: float = 1800.0
+    """After a verdict the check starts over (a router's mapping or a port forward can change)."""
+    by_address: bool = False
+    """Count distinct addresses instead of networks: nodes that all run on loopback (tests, `swarm demo`)."""
+    timeout_s: float = 10.0
+    """How long a helper may take to dial back and answer (its own dial has half of it)."""
+
+
+@dataclass(frozen=True)
+class DialbackLimits:
+    """The helper's budget: dial-backs it makes for one requester address, and for everyone."""
+
+    per_source: tuple[float, float] = (2.0, 1 / 60)
+    """(burst, per second): two at once, then one a minute per requester address."""
+    total: tuple[float, float] = (16.0, 1.0)
+    """(burst, per second) over all requesters."""
+    concurrent: int = 8
+    """Dial-backs in flight at once."""
+
+
+class Reachability:
+    """The requester's side: which helper to ask next and what the answers add up to.
+
+    `status` is None until a verdict, then True or False; while a re-check gathers new answers the last
+    verdict stands."""
+
+    def __init__(self, policy: ReachabilityPolicy, rng: random.Random) -> None:
+        self.policy, self.rng = policy, rng
+        self.status: bool | None = None
+        self.confirmed: dict[str, float] = {}
+        """Network (or address) -> when a helper there dialed this node back."""
+        self.failed: dict[str, float] = {}
+        """Network (or address) -> when a helper there could not."""
+        self._asked: dict[str, float] = {}
+        self._next_ask = 0.0
+        self._verdict_at: float | None = None
+
+    def key_of(self, ip: str) -> str:
+        """What counts as one witness: the helper's network, or its address on loopback."""
+        return ip if self.policy.by_address else prefix_of(ip)
+
+    def next_helper(self, now: float, candidates: list[tuple[str, str]]) -> str | None:
+        """An address to ask now out of `candidates` (address, host), or None: not due, nothing new to
+        learn, or nobody fit to ask. Helpers from networks that already answered are skipped: only
+        distinct witnesses count."""
+        self._maybe_start_over(now)
+        if now < self._next_ask or (self._verdict_at is not None):
+            return None
+        answered = self.confirmed.keys() | self.failed.keys()
+        fresh = [addr for addr, host in candidates
+                 if self.key_of(host) not in answered and now >= self._asked.get(addr, -1e18) + self.policy.ask_again_s]
+        if not fresh:
+            return None
+        chosen = self.rng.choice(sorted(set(fresh)))
+        self._asked[chosen] = now
+        self._next_ask = now + self.policy.ask_every_s
+        return chosen
+
+    def on_answer(self, helper_ip: str, reached: bool, now: float) -> bool | None:
+        """A helper at `helper_ip` dialed this node back (`reached`) or could not; returns the status."""
+        key = self.key_of(helper_ip)
+        (self.confirmed if reached else self.failed)[key] = now
+        (self.failed if reached else self.confirmed).pop(key, None)
+        if len(self.confirmed) >= self.policy.confirmations:
+            self._decide(True, now)
+        elif len(self.failed) >= self.policy.failures:
+            self._decide(False, now)
+        return self.status
+
+    def on_no_answer(self, helper: str, now: float, busy: bool = False) -> None:
+        """The helper did not answer (down, an older node, busy): no evidence either way; ask again soon. A
+        busy one (429, 503) may be asked again then too; one that failed otherwise not within ask_again_s."""
+        self._next_ask = min(self._next_ask, now + self.policy.ask_every_s / 4)
+        if busy:
+            self._asked.pop(helper, None)
+
+    def _decide(self, reachable: bool, now: float) -> None:
+        self.status, self._verdict_at = reachable, now
+
+    def _maybe_start_over(self, now: float) -> None:
+        if self._verdict_at is not None and now >= self._verdict_at + self.policy.recheck_s:
+            self._verdict_at = None
+            self.confirmed.clear()
+            self.failed.clear()
+            self._asked.clear()
+
+
+class DialbackDoor:
+    """The helper's side: whether a dial-back request from `ip` may be served now."""
+
+    def __init__(self, limits: DialbackLimits) -> None:
+        burst, rate = limits.per_source
+        self.per_source: BucketMap[str] = BucketMap(rate, burst, capacity=4096)
+        self.total = TokenBucket(limits.total[1], limits.total[0], 0.0)
+        self.concurrent, self.in_flight = limits.concurrent, 0
+        self.refused = 0
+
+    def admit(self, ip: str, now: float) -> bool:
+        """True (a slot taken: call `done` after) or False (answer 429). The per-source budget is checked
+        first, so one requester's excess does not spend the total."""
+        if self.in_flight >= self.concurrent or self.per_source.peek(ip, now) < 1 or not self.total.take(now):
+            self.refused += 1
+            return False
+        self.per_source.take(ip, now)
+        self.in_flight += 1
+        return True
+
+    def done(self) -> None:
+        self.in_flight -= 1
+
+
+@dataclass(frozen=True)
+class DialbackRequest:
+    node: str
+    port: int
+    token: str
+
+
+def parse_request(data: Any) -> DialbackRequest:
+    """The body of POST /dialback; ValueError when it is not `{"node": id, "port": 1..65535, "token": b64url}`."""
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    node, port, token = data.get("node"), data.get("port"), data.get("token")
+    if not isinstance(node, str) or len(node) != 32:
+        raise ValueError("node must be a node id")
+    if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
+        raise ValueError("port must be an integer from 1 to 65535")
+    if not isinstance(token, str) or len(unb64url(token)) != TOKEN_BYTES:
+        raise ValueError(f"token must be {TOKEN_BYTES} bytes, b64url")
+    return DialbackRequest(node, port, token)
+
+
+def new_token() -> str:
+    return b64url(os.urandom(TOKEN_BYTES))
+
+
+def new_nonce() -> str:
+    return b64url(os.urandom(NONCE_BYTES))
+
+
+def probe_transcript(node: str, nonce: str) -> bytes:
+    return PROBE_PREFIX + rfc8785.dumps({"v": 1, "node": node, "nonce": nonce})
+
+
+def probe_answer(identity: Identity, nonce: str) -> dict[str, str]:
+    """GET /probe's answer: this node's id and key, and its signature over the dialer's nonce."""
+    return {"node": identity.node_id, "key": b64url(identity.public_key),
+            "proof": b64url(identity.sign(probe_transcript(identity.node_id, nonce)))}
+
+
+def probe_proves(answer: Any, node: str, nonce: str) -> bool:
+    """True when `answer` comes from `node` (its key, and its signature over our fresh `nonce`)."""
+    if not isinstance(answer, dict) or answer.get("node") != node:
+        return False
+    try:
+        key, proof = unb64url(answer.get("key")), unb64url(answer.get("proof"))
+    except ValueError:
+        return False
+    return len(key) == 32 and node_id_of(key) == node and verify(key, proof, probe_transcript(node, nonce))
+
+
+@dataclass
+class ProbeTokens:
+    """Tokens this node handed to helpers, and whether a probe brought each back (bounded: one per
+    request in flight)."""
+
+    limit: int = 64
+    pending: dict[str, bool] = field(default_factory=dict)
+
+    def issue(self) -> str:
+        while len(self.pending) >= self.limit:
+            self.pending.pop(next(iter(self.pending)))
+        token = new_token()
+        self.pending[token] = False
+        return token
+
+    def seen(self, token: str) -> bool:
+        """A probe presented `token`: True when it is one of ours."""
+        if token in self.pending:
+            self.pending[token] = True
+            return True
+        return False
+
+    def redeem(self, token: str) -> bool:
+        """Whether a probe brought `token` back; the token is spent."""
+        return self.pending.pop(token, False)

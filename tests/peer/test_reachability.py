@@ -1,0 +1,162 @@
+"""The sans-IO side of dial-back (swarm_app/peer/core/reachability.py): verdicts from distinct witnesses,
+which helper is asked when, the helper's rate limits, the probe's proof and the requester's tokens."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from swarm_app.peer.core.identity import Identity
+from swarm_app.peer.core.reachability import (
+    DialbackDoor,
+    DialbackLimits,
+    ProbeTokens,
+    Reachability,
+    ReachabilityPolicy,
+    new_nonce,
+    new_token,
+    parse_request,
+    probe_answer,
+    probe_proves,
+)
+
+
+def state(**policy) -> Reachability:
+    return Reachability(ReachabilityPolicy(**{"ask_every_s": 1.0, **policy}), random.Random(1))
+
+
+def test_three_networks_dialing_back_make_a_node_reachable():
+    s = state()
+    assert s.on_answer("10.0.1.5", True, 0) is None
+    assert s.on_answer("10.0.1.6", True, 1) is None  # the same /24: one witness, not two
+    assert s.on_answer("10.0.2.5", True, 2) is None
+    assert s.on_answer("10.0.3.5", True, 3) is True
+    assert sorted(s.confirmed) == ["10.0.1.0/24", "10.0.2.0/24", "10.0.3.0/24"]
+
+
+def test_on_loopback_distinct_addresses_are_distinct_witnesses():
+    s = state(by_address=True)
+    for i, ip in enumerate(("127.0.0.2", "127.0.0.3", "127.0.0.4")):
+        s.on_answer(ip, True, i)
+    assert s.status is True
+    networks = state()
+    for i, ip in enumerate(("127.0.0.2", "127.0.0.3", "127.0.0.4")):
+        networks.on_answer(ip, True, i)
+    assert networks.status is None and len(networks.confirmed) == 1
+
+
+def test_three_networks_that_cannot_dial_back_make_it_unreachable():
+    s = state()
+    s.on_answer("10.0.1.5", False, 0)
+    s.on_answer("10.0.2.5", True, 1)
+    s.on_answer("10.0.3.5", False, 2)
+    assert s.status is None
+    assert s.on_answer("10.0.4.5", False, 3) is False
+
+
+def test_a_later_answer_from_the_same_network_replaces_its_earlier_one():
+    s = state()
+    s.on_answer("10.0.1.5", False, 0)
+    s.on_answer("10.0.1.9", True, 1)
+    assert "10.0.1.0/24" in s.confirmed and "10.0.1.0/24" not in s.failed
+
+
+def test_helpers_are_spaced_skip_answered_networks_and_are_not_asked_twice_soon():
+    s = state(ask_again_s=100.0)
+    candidates = [("10.0.1.5:1", "10.0.1.5"), ("10.0.2.5:1", "10.0.2.5")]
+    first = s.next_helper(0.0, candidates)
+    assert first is not None
+    assert s.next_helper(0.5, candidates) is None  # one request per ask_every_s
+    s.on_answer(first.rsplit(":", 1)[0], True, 0.6)
+    second = s.next_helper(1.0, candidates)
+    assert second is not None and second != first  # the answered network is skipped
+    assert s.next_helper(2.0, candidates) is None  # both asked within ask_again_s
+    assert s.next_helper(2.0, []) is None
+
+
+def test_a_verdict_stands_until_the_recheck_then_the_check_starts_over():
+    s = state(recheck_s=60.0, confirmations=1)
+    s.on_answer("10.0.1.5", True, 0)
+    assert s.status is True
+    assert s.next_helper(30.0, [("10.0.2.5:1", "10.0.2.5")]) is None  # decided: nobody is asked
+    assert s.next_helper(61.0, [("10.0.1.5:1", "10.0.1.5")]) == "10.0.1.5:1"  # the answered network again
+    assert s.status is True and not s.confirmed  # the old verdict stands while new answers come
+    s.on_answer("10.0.1.5", False, 62.0)
+    s.on_answer("10.0.2.5", False, 63.0)
+    assert s.on_answer("10.0.3.5", False, 64.0) is False
+
+
+def test_no_answer_is_no_evidence_and_brings_the_next_ask_forward():
+    s = state(ask_every_s=20.0)
+    down = s.next_helper(0.0, [("10.0.1.5:1", "10.0.1.5")])
+    s.on_no_answer(down, 1.0)
+    assert s.status is None and not s.confirmed and not s.failed
+    assert s.next_helper(6.1, [("10.0.1.5:1", "10.0.1.5")]) is None  # down: not again soon
+    assert s.next_helper(6.1, [("10.0.2.5:1", "10.0.2.5")]) == "10.0.2.5:1"  # another one is, at once
+
+
+def test_a_busy_helper_is_asked_again_soon():
+    s = state(ask_every_s=20.0)
+    busy = s.next_helper(0.0, [("10.0.1.5:1", "10.0.1.5")])
+    s.on_no_answer(busy, 1.0, busy=True)
+    assert s.next_helper(5.0, [("10.0.1.5:1", "10.0.1.5")]) is None  # a quarter of ask_every_s later
+    assert s.next_helper(6.1, [("10.0.1.5:1", "10.0.1.5")]) == "10.0.1.5:1"
+
+
+def test_the_helper_serves_a_few_dial_backs_per_requester_and_in_total():
+    door = DialbackDoor(DialbackLimits(per_source=(2.0, 1 / 60), total=(3.0, 0.1), concurrent=8))
+    assert door.admit("10.0.0.1", 0) and door.admit("10.0.0.1", 0)
+    assert not door.admit("10.0.0.1", 0)  # its own budget is spent; the total is not touched by it
+    assert door.admit("10.0.0.2", 0)
+    assert not door.admit("10.0.0.3", 0)  # the total is spent
+    assert door.admit("10.0.0.3", 10.0)  # 0.1/s refills one in 10 s
+    assert door.refused == 2 and door.in_flight == 4
+
+
+def test_the_helper_dials_at_most_so_many_at_once():
+    door = DialbackDoor(DialbackLimits(per_source=(10.0, 1.0), total=(10.0, 1.0), concurrent=2))
+    assert door.admit("a", 0) and door.admit("b", 0) and not door.admit("c", 0)
+    door.done()
+    assert door.admit("c", 0)
+
+
+@pytest.mark.parametrize("body", [
+    None, [], {"node": "x" * 32, "port": 0, "token": new_token()}, {"node": "x" * 32, "port": 70000, "token": new_token()},
+    {"node": "x" * 32, "port": True, "token": new_token()}, {"node": "short", "port": 5, "token": new_token()},
+    {"node": "x" * 32, "port": 5, "token": "AAAA"}, {"node": "x" * 32, "port": 5},
+])
+def test_malformed_dial_back_requests_are_refused(body):
+    with pytest.raises(ValueError):
+        parse_request(body)
+
+
+def test_a_well_formed_dial_back_request():
+    token = new_token()
+    request = parse_request({"node": "x" * 32, "port": 47470, "token": token, "extra": 1})
+    assert (request.port, request.token) == (47470, token)
+
+
+def test_the_probe_proves_the_node_over_the_dialers_fresh_nonce():
+    node, other = Identity.generate(), Identity.generate()
+    nonce = new_nonce()
+    answer = probe_answer(node, nonce)
+    assert probe_proves(answer, node.node_id, nonce)
+    assert not probe_proves(answer, node.node_id, new_nonce())  # a replayed answer to another nonce
+    assert not probe_proves(answer, other.node_id, nonce)  # another node was expected
+    assert not probe_proves({**probe_answer(other, nonce), "node": node.node_id}, node.node_id, nonce)
+    assert not probe_proves({**answer, "proof": "!!"}, node.node_id, nonce)
+    assert not probe_proves("nonsense", node.node_id, nonce)
+
+
+def test_only_a_token_a_probe_brought_back_confirms():
+    tokens = ProbeTokens(limit=3)
+    given = tokens.issue()
+    assert not tokens.seen(new_token())  # a stranger's token is not ours
+    assert tokens.redeem(given) is False  # issued, never presented
+    again = tokens.issue()
+    assert tokens.seen(again) and tokens.redeem(again) is True
+    assert tokens.redeem(again) is False  # spent
+    for _ in range(10):
+        tokens.issue()
+    assert len(tokens.pending) == 3  # bounded
