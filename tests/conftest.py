@@ -32,6 +32,7 @@ def isolated_home(tmp_path, monkeypatch) -> Path:
     monkeypatch.setenv("SWARM_HOME", str(home))
     # No test joins a real swarm by accident (port 47470, mDNS on the LAN); networked tests opt in.
     monkeypatch.setenv("SWARM_PEER_ENABLED", "false")
+    monkeypatch.setenv("SWARM_PEER_UPNP", "false")  # nor asks a router on the LAN to forward a port (SSDP)
     return home
 
 

@@ -114,6 +114,12 @@ class RunStarted(Event):
 class SwarmJoined(Event):
     node_id: str
     address: str
+    swarm: str = ""
+    """The swarm's name (nodes of other swarms are refused)."""
+    bootstrap: int = 0
+    """Addresses it dials first (bootstrap and --peer); more come from mDNS, the peer table, peer exchange."""
+    port: int = 0
+    """The port peers would dial: the one to forward on a home router (0: reachability is not checked)."""
 
 
 @dataclass(frozen=True)
@@ -210,6 +216,28 @@ class PeersUpdated(Event):
     accepted: int
     rejected: int
     pool: int
+    swarm: str = ""
+    reachable: bool | None = None
+    """Whether peers can dial this node from outside (dial-back); None: not known yet."""
+    port: int = 0
+    """The port peers are asked to dial back."""
+    witnesses: int = 0
+    """Networks whose peers dialed this node back in the current check."""
+    witnesses_needed: int = 0
+    upnp: str = ""
+    """The router port mapping: "", "missing", "none" or "mapped" (the router's word; dial-back decides)."""
+
+
+@dataclass(frozen=True)
+class ReachabilityChanged(Event):
+    """Dial-back reached a verdict, or changed it: whether peers outside can dial this node."""
+
+    reachable: bool
+    port: int
+    peers: int
+    """Connected neighbours now."""
+    swarm: str = ""
+    upnp: str = ""
 
 
 @dataclass(frozen=True)

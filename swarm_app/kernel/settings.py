@@ -100,8 +100,17 @@ class PeerSettings:
                             flag="--offline", flag_help="no network at all: train alone")
     listen: str = setting("0.0.0.0:47470", "HOST:PORT to accept peers on; if the port is taken, a free one is used.",
                           flag="--listen", metavar="HOST:PORT")
-    peers: list = setting([], "Peers to dial first, HOST:PORT each (more come from mDNS, peer exchange, the peer table).",
-                          flag="--peer", metavar="HOST:PORT")
+    swarm: str = setting("", "Swarm to join, by name: nodes of other swarms are refused. Empty: the public swarm of "
+                         "the task preset (easy, paper). Lowercase letters, digits, '.', '_', '-'.",
+                         flag="--swarm", metavar="NAME")
+    bootstrap: list = setting([], "Bootstrap addresses, HOST:PORT each, dialed first to join the swarm. Not given: "
+                              "the list the app ships for a public swarm (empty so far: no public bootstrap node "
+                              "runs yet). Given: replaces that list.", flag="--bootstrap", metavar="HOST:PORT")
+    peers: list = setting([], "Peers to dial first, HOST:PORT each, on top of the bootstrap list (more come from "
+                          "mDNS, peer exchange, the peer table).", flag="--peer", metavar="HOST:PORT")
+    upnp: bool = setting(True, "Ask the home router to forward the listen port with UPnP (needs the extra: pip install "
+                         "\"swarm-app[upnp]\"); peers then check by dialing back.",
+                         flag="--no-upnp", flag_help="do not ask the router to forward the port (UPnP)")
     mdns: bool = setting(True, "Announce and find nodes on the local network with mDNS.",
                          flag="--no-mdns", flag_help="no LAN discovery")
     share: bool = setting(True, "Send own rollouts to peers (false: only receive).",

@@ -480,7 +480,10 @@ class Session:
             return
         if self.peer_config is not None:  # the caller's node (the demo) is started by the caller
             await self.peer_node.start()  # the address was probed in open(); only a race with another program fails here
-        self.events.publish(SwarmJoined(self.peer_node.node_id, self.peer_node.address or ""))
+        node = self.peer_node
+        checked = 0 if node.config.local_only else node.public_port
+        self.events.publish(SwarmJoined(node.node_id, node.address or "", node.config.swarm, len(node.config.bootstrap),
+                                        checked or 0))
 
     def _swarm_figures(self) -> dict:
         if self.peer_node is None:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from backends import registry
 from backends.base import BackendError, Hardware, LoraConfig, ModelSpec, OptimConfig
-from swarm_app.kernel import tasks
+from swarm_app.kernel import swarms, tasks
 from swarm_app.kernel.errors import CheckpointError, SwarmError, UsageError
 from swarm_app.kernel.files import write_text_atomic
 from swarm_app.kernel.paths import user_dirs
@@ -33,16 +33,31 @@ RUN_FILE = "run.json"
 
 
 def peer_config(settings: Settings):
-    """The peer node's configuration from the [peer] settings; bad addresses raise UsageError."""
+    """The peer node's configuration from the [peer] settings; a bad address or swarm name raises UsageError."""
     from swarm_app.peer.core.config import PeerConfig, check_address
 
     peer = settings.peer
     if not re.fullmatch(r"[A-Za-z0-9-]{0,32}", peer.identity):
         raise UsageError(f"peer.identity {peer.identity!r}: use up to 32 letters, digits and '-'")
     config = PeerConfig(listen=check_address(peer.listen, "peer.listen"), identity_name=peer.identity,
-                        bootstrap=tuple(check_address(a, "peer.peers") for a in peer.peers), mdns=peer.mdns,
+                        swarm=swarms.swarm_name(peer.swarm, settings.tasks.preset),
+                        bootstrap=bootstrap_addresses(settings), mdns=peer.mdns, upnp=peer.upnp,
                         metrics_listen=check_address(peer.metrics_listen, "peer.metrics_listen") if peer.metrics_listen else None)
     return config.with_protocol(share=peer.share)
+
+
+def bootstrap_addresses(settings: Settings) -> tuple[str, ...]:
+    """Where the node dials first: `[peer] bootstrap` where any layer set it, else the list shipped for its
+    swarm; then `[peer] peers`; each checked (UsageError naming the setting), duplicates dropped."""
+    from swarm_app.peer.core.config import check_dial_address
+
+    peer = settings.peer
+    swarm = swarms.swarm_name(peer.swarm, settings.tasks.preset)
+    given = "peer.bootstrap" in settings.given
+    bootstrap = peer.bootstrap if given else swarms.shipped_bootstrap(swarm)
+    checked = ([check_dial_address(a, "bootstrap address") for a in bootstrap]
+               + [check_dial_address(a, "peer address") for a in peer.peers])
+    return tuple(dict.fromkeys(checked))
 
 
 def model_spec(settings: Settings, model_dir: Path, trainable: bool = True, *, model_id: str = "",

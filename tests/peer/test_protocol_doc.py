@@ -35,12 +35,13 @@ def test_the_documented_test_vector():
 
 def test_the_documented_hello_runs_between_two_sides():
     client_id, server_id = Identity.generate(), Identity.generate()
-    client = ClientHandshake(client_id, "127.0.0.1:1")
-    server = ServerHandshake(server_id, "127.0.0.1:2")
+    client = ClientHandshake(client_id, "127.0.0.1:1", "easy")
+    server = ServerHandshake(server_id, "127.0.0.1:2", "easy")
     hello = client.start()
-    assert set(hello) == {"t", "v", "key", "node", "nonce", "listen"}
+    assert set(hello) == {"t", "v", "key", "node", "nonce", "listen", "swarm"} and hello["v"] == 2
+    assert '`{"t":"hello","v":2,"key":b64url(pk_C),"node":id_C,"nonce":' in DOC
     reply = server.on_client_hello(decode_frame(encode(hello)))
-    assert set(reply) == {"t", "v", "key", "node", "nonce", "listen", "proof"}
+    assert set(reply) == {"t", "v", "key", "node", "nonce", "listen", "swarm", "proof"}
     proof = client.on_server_hello(decode_frame(encode(reply)))
     assert set(proof) == {"t", "sig"}
     assert server.on_client_proof(decode_frame(encode(proof))).node == client_id.node_id

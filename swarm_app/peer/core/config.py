@@ -7,14 +7,18 @@ directly with faster intervals. This module only holds values and parses address
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from swarm_app.kernel.errors import UsageError
+from swarm_app.kernel.swarms import DEFAULT_SWARM
 from swarm_app.peer import DEFAULT_LISTEN, DEFAULT_PORT
-from swarm_app.peer.core.addressbook import parse_address
+from swarm_app.peer.core.addressbook import format_address, parse_address
 from swarm_app.peer.core.admission import AdmissionLimits
 from swarm_app.peer.core.protocol import ProtocolConfig
+from swarm_app.peer.core.reachability import DialbackLimits, ReachabilityPolicy
 from swarm_app.peer.core.scores import ScorePolicy
 from swarm_app.peer.core.sources import SourceLimits
 
@@ -29,8 +33,28 @@ connects from 127.0.0.1, so the Sybil budgets per address would count them as on
 class PeerConfig:
     listen: str = DEFAULT_LISTEN
     """HOST:PORT the RSP server binds (port 0: any free port)."""
+    swarm: str = DEFAULT_SWARM
+    """The swarm's name, sent in the hello: nodes of other swarms are refused (kernel/swarms.py)."""
     bootstrap: tuple[str, ...] = ()
-    """HOST:PORT of peers to dial first (`--peer`, repeatable)."""
+    """HOST:PORT of peers to dial first (`--bootstrap`, `--peer`, repeatable)."""
+    source_ip: str | None = None
+    """The IP outgoing connections leave from. None: the one the OS picks. Tests on distinct 127.x addresses
+    set it to the listen host, so that each node is seen at its own address."""
+    public_port: int | None = None
+    """The port peers should dial, when it differs from the bound one (a router forwarding another port).
+    None: the bound port."""
+    upnp: bool = False
+    """Ask the home router to forward the listen port (UPnP-IGD; peer/io/upnp.py). Off unless the [peer]
+    settings turn it on (a `swarm run` node): tests and the demo never search the LAN."""
+    upnp_gateway: str | None = None
+    """The gateway's description URL, instead of an SSDP search (tests' fake gateway)."""
+    local_only: bool = False
+    """Every node of the swarm runs on this machine (`swarm demo`): dial-backs still verify addresses for
+    peer exchange, but no verdict about being reachable from outside is drawn or shown."""
+    reachability: ReachabilityPolicy = field(default_factory=ReachabilityPolicy)
+    """How dial-back decides whether peers can reach this node (core/reachability.py)."""
+    dialback: DialbackLimits = field(default_factory=DialbackLimits)
+    """Dial-backs this node makes for others: per requester address, in total, at once."""
     mdns: bool = True
     """Announce and find nodes on the LAN with mDNS."""
     metrics_listen: str | None = None
@@ -86,8 +110,37 @@ def check_address(text: str, flag: str) -> str:
     return text.strip()
 
 
+LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+HOSTNAME = re.compile(rf"(?=.{{1,253}}$){LABEL}(\.{LABEL})*\.?")
+"""A DNS name (RFC 1123 labels)."""
+
+
+def check_dial_address(text: str, what: str) -> str:
+    """An address to dial (a bootstrap or peer): HOST:PORT with an IP or a DNS name and a port from 1 to
+    65535; a UsageError in one line that says what is wrong and how to write it."""
+    example = f"write it as HOST:PORT, e.g. 192.168.1.20:{DEFAULT_PORT} or node.example.org:{DEFAULT_PORT}"
+    try:
+        host, port = parse_address(text)
+    except ValueError as exc:
+        raise UsageError(f"{what} {text!r}: {exc}; {example}") from None
+    if port == 0:
+        raise UsageError(f"{what} {text!r}: port 0 cannot be dialed; {example}")
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        if not HOSTNAME.fullmatch(host):
+            raise UsageError(f"{what} {text!r}: {host!r} is neither an IP address nor a host name; {example}") from None
+    return format_address(host, port)
+
+
+LOOPBACK_WITNESSES = ReachabilityPolicy(by_address=True)
+"""Dial-back on loopback: every node lives in 127.0.0.0/8, so distinct addresses count as distinct witnesses."""
+LOOPBACK_DIALBACKS = DialbackLimits(per_source=(256.0, 16.0), total=(256.0, 16.0), concurrent=32)
+"""Dial-backs a loopback node makes for others: its fellow nodes all ask from 127.0.0.1, one address."""
+
+
 def local_config(**protocol: Any) -> PeerConfig:
     """A loopback node without mDNS or peer table, for tests and the demo, trusting its fellow loopback
-    nodes as distinct sources (LOOPBACK_TRUST); `protocol` overrides."""
-    return PeerConfig(listen="127.0.0.1:0", mdns=False, peer_table=False,
-                      sources=LOOPBACK_TRUST).with_protocol(**protocol)
+    nodes as distinct sources (LOOPBACK_TRUST) and as distinct dial-back witnesses; `protocol` overrides."""
+    return PeerConfig(listen="127.0.0.1:0", mdns=False, peer_table=False, sources=LOOPBACK_TRUST,
+                      reachability=LOOPBACK_WITNESSES, dialback=LOOPBACK_DIALBACKS).with_protocol(**protocol)

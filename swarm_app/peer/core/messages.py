@@ -5,6 +5,10 @@ proof, push, pull, sample, bye. `decode_frame` turns a frame into a typed messag
 `MessageError(reason)`; rollout items stay raw here (admission judges them one by one). The handshake
 classes are sans-IO: they take and return message dicts, with nonces from an injectable source.
 Nothing here touches sockets or clocks.
+
+The hello names the swarm the node joined (hello version 2): nodes of different swarms refuse each other
+before any signature is spent (`SwarmMismatch`, bye `swarm`), and both proofs cover both names. A hello of
+version 1 (a swarm-app from before swarm names) is told `version` and refused (`OlderHello`).
 """
 
 from __future__ import annotations
@@ -16,10 +20,13 @@ from typing import Any, Callable
 
 import rfc8785
 
+from swarm_app.kernel.swarms import DEFAULT_SWARM, is_swarm_name
 from swarm_app.peer.core.identity import Identity, b64url, node_id_of, unb64url, verify
 from swarm_app.peer.core.wire import MAX_FRAME_BYTES, PROTOCOL_VERSION, Rejection
 
 HELLO_PREFIX = b"RSP/1 hello\n"
+HELLO_VERSION = 2
+"""The hello's version: 2 added the swarm name. Rollout bodies stay at PROTOCOL_VERSION 1."""
 NONCE_BYTES = 32
 MAX_ITEMS = 64
 """Rollouts per push or sample message."""
@@ -42,6 +49,14 @@ class MessageError(Rejection):
     """A websocket frame that is not a well-formed RSP/1 message."""
 
 
+class OlderHello(MessageError):
+    """A hello of version 1: a node from before swarm names, which needs an update to join any swarm."""
+
+    def __init__(self, version: int) -> None:
+        super().__init__("handshake", f"hello version {version}; this node speaks {HELLO_VERSION}")
+        self.version = version
+
+
 @dataclass(frozen=True)
 class Hello:
     key: bytes
@@ -49,6 +64,7 @@ class Hello:
     nonce: bytes
     listen: str | None
     proof: bytes | None
+    swarm: str = ""
 
 
 @dataclass(frozen=True)
@@ -77,6 +93,8 @@ class Sample:
 @dataclass(frozen=True)
 class Bye:
     reason: str
+    swarm: str = ""
+    """With reason "swarm": the swarm the sender is in."""
 
 
 Message = Hello | Proof | Push | Pull | Sample | Bye
@@ -101,12 +119,18 @@ def decode_frame(text: str) -> Message:
         raise MessageError("bad_message", f"unknown type {data['t'][:32]!r}")
     try:
         return decoder(data)
+    except OlderHello:
+        raise
     except (KeyError, TypeError, ValueError):
         raise MessageError("bad_message", f"bad {data['t']} fields") from None
 
 
 def _hello(d: dict) -> Hello:
-    if type(d["v"]) is not int or d["v"] != PROTOCOL_VERSION:
+    if type(d["v"]) is not int:
+        raise ValueError("version")
+    if d["v"] == PROTOCOL_VERSION:
+        raise OlderHello(d["v"])
+    if d["v"] != HELLO_VERSION:
         raise ValueError("version")
     key, nonce = unb64url(d["key"]), unb64url(d["nonce"])
     listen = d.get("listen")
@@ -114,8 +138,11 @@ def _hello(d: dict) -> Hello:
         raise ValueError("key, nonce or node id")
     if listen is not None and (not isinstance(listen, str) or len(listen) > MAX_ADDRESS):
         raise ValueError("listen")
+    if not is_swarm_name(d["swarm"]):
+        raise ValueError("swarm")
     proof = unb64url(d["proof"]) if "proof" in d else None
-    return Hello(key, d["node"], nonce, listen, proof)
+    return Hello(key, d["node"], nonce, listen, proof, d["swarm"])
+
 
 
 def _int(value: Any, low: int, high: int) -> int:
@@ -144,7 +171,8 @@ def _pull(d: dict) -> Pull:
 def _bye(d: dict) -> Bye:
     if not isinstance(d["reason"], str):
         raise ValueError("reason")
-    return Bye(d["reason"][:200])
+    swarm = d.get("swarm")
+    return Bye(d["reason"][:200], swarm[:64] if isinstance(swarm, str) else "")
 
 
 _DECODERS: dict[str, Callable[[dict], Message]] = {
@@ -168,69 +196,101 @@ def fit_items(items: list[dict[str, str]], budget: int = FRAME_BUDGET) -> list[d
     return fitted
 
 
-# --- the hello handshake: each side signs a fresh nonce of the other with both ids and the version
+# --- the hello handshake: each side signs a fresh nonce of the other with both ids, both swarm names and
+# the hello version; a hello naming another swarm is refused before anything is signed
 
 
 class HandshakeError(ValueError):
     pass
 
 
-def transcript(role: str, signer: str, peer: str, signer_nonce: bytes, peer_nonce: bytes) -> bytes:
-    return HELLO_PREFIX + rfc8785.dumps({"v": PROTOCOL_VERSION, "role": role, "signer": signer, "peer": peer,
-                                         "signer_nonce": b64url(signer_nonce), "peer_nonce": b64url(peer_nonce)})
+class SwarmMismatch(HandshakeError):
+    """The other side is in another swarm: `theirs` != `ours`. Not an offence: it dialed the wrong place."""
+
+    def __init__(self, theirs: str, ours: str) -> None:
+        super().__init__(f"swarm {theirs!r} != {ours!r}")
+        self.theirs, self.ours = theirs, ours
 
 
-def hello_message(identity: Identity, nonce: bytes, listen: str | None, proof: bytes | None = None) -> dict:
-    msg = {"t": "hello", "v": PROTOCOL_VERSION, "key": b64url(identity.public_key), "node": identity.node_id,
-           "nonce": b64url(nonce), "listen": listen}
+def transcript(role: str, signer: str, peer: str, signer_nonce: bytes, peer_nonce: bytes, signer_swarm: str,
+               peer_swarm: str) -> bytes:
+    return HELLO_PREFIX + rfc8785.dumps({"v": HELLO_VERSION, "role": role, "signer": signer, "peer": peer,
+                                         "signer_nonce": b64url(signer_nonce), "peer_nonce": b64url(peer_nonce),
+                                         "signer_swarm": signer_swarm, "peer_swarm": peer_swarm})
+
+
+def hello_message(identity: Identity, nonce: bytes, listen: str | None, swarm: str, proof: bytes | None = None) -> dict:
+    msg = {"t": "hello", "v": HELLO_VERSION, "key": b64url(identity.public_key), "node": identity.node_id,
+           "nonce": b64url(nonce), "listen": listen, "swarm": swarm}
     if proof is not None:
         msg["proof"] = b64url(proof)
     return msg
 
 
-class ClientHandshake:
-    """Dialing side: send hello; check the server's hello and proof; answer with a proof."""
+def swarm_refusal(swarm: str) -> dict:
+    """The bye that refuses a hello from another swarm, naming this side's swarm."""
+    return {"t": "bye", "reason": "swarm", "swarm": swarm}
 
-    def __init__(self, identity: Identity, listen: str | None,
+
+def version_refusal() -> dict:
+    """The bye that refuses a hello of version 1, before the server's own hello (an older node reads a bye
+    there, as it reads "banned")."""
+    return {"t": "bye", "reason": "version"}
+
+
+class ClientHandshake:
+    """Dialing side: send hello; check the server's hello, swarm and proof; answer with a proof."""
+
+    def __init__(self, identity: Identity, listen: str | None, swarm: str = DEFAULT_SWARM, *,
                  randbytes: Callable[[int], bytes] = os.urandom) -> None:
-        self.identity, self.listen = identity, listen
+        self.identity, self.listen, self.swarm = identity, listen, swarm
         self.nonce = randbytes(NONCE_BYTES)
         self.peer: Hello | None = None
 
     def start(self) -> dict:
-        return hello_message(self.identity, self.nonce, self.listen)
+        return hello_message(self.identity, self.nonce, self.listen, self.swarm)
 
     def on_server_hello(self, msg: Message) -> dict:
         if not isinstance(msg, Hello) or msg.proof is None:
             raise HandshakeError("expected the server's hello with its proof")
+        if msg.swarm != self.swarm:
+            raise SwarmMismatch(msg.swarm, self.swarm)
         me = self.identity.node_id
-        if not verify(msg.key, msg.proof, transcript("server", msg.node, me, msg.nonce, self.nonce)):
+        if not verify(msg.key, msg.proof, transcript("server", msg.node, me, msg.nonce, self.nonce, msg.swarm, self.swarm)):
             raise HandshakeError("server proof does not verify")
         self.peer = msg
-        sig = self.identity.sign(transcript("client", me, msg.node, self.nonce, msg.nonce))
+        sig = self.identity.sign(transcript("client", me, msg.node, self.nonce, msg.nonce, self.swarm, msg.swarm))
         return {"t": "proof", "sig": b64url(sig)}
 
 
 class ServerHandshake:
-    """Accepting side: on the client's hello send ours with a proof; then check the client's proof."""
+    """Accepting side: on the client's hello (of this swarm) send ours with a proof; then check the client's."""
 
-    def __init__(self, identity: Identity, listen: str | None,
+    def __init__(self, identity: Identity, listen: str | None, swarm: str = DEFAULT_SWARM, *,
                  randbytes: Callable[[int], bytes] = os.urandom) -> None:
-        self.identity, self.listen = identity, listen
+        self.identity, self.listen, self.swarm = identity, listen, swarm
         self.nonce = randbytes(NONCE_BYTES)
         self.peer: Hello | None = None
+
+    def check_swarm(self, msg: Message) -> None:
+        """SwarmMismatch for a hello from another swarm (call before `on_client_hello`: no signature spent)."""
+        if isinstance(msg, Hello) and msg.swarm != self.swarm:
+            raise SwarmMismatch(msg.swarm, self.swarm)
 
     def on_client_hello(self, msg: Message) -> dict:
         if not isinstance(msg, Hello) or msg.proof is not None:
             raise HandshakeError("expected the client's hello")
+        self.check_swarm(msg)
         self.peer = msg
-        sig = self.identity.sign(transcript("server", self.identity.node_id, msg.node, self.nonce, msg.nonce))
-        return hello_message(self.identity, self.nonce, self.listen, proof=sig)
+        sig = self.identity.sign(transcript("server", self.identity.node_id, msg.node, self.nonce, msg.nonce,
+                                            self.swarm, msg.swarm))
+        return hello_message(self.identity, self.nonce, self.listen, self.swarm, proof=sig)
 
     def on_client_proof(self, msg: Message) -> Hello:
         if self.peer is None or not isinstance(msg, Proof):
             raise HandshakeError("expected the client's proof")
         peer = self.peer
-        if not verify(peer.key, msg.sig, transcript("client", peer.node, self.identity.node_id, peer.nonce, self.nonce)):
+        if not verify(peer.key, msg.sig, transcript("client", peer.node, self.identity.node_id, peer.nonce, self.nonce,
+                                                    peer.swarm, self.swarm)):
             raise HandshakeError("client proof does not verify")
         return peer

@@ -7,7 +7,7 @@ bound address. Built on the event loop thread (see PeerNode.stats).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -61,6 +61,23 @@ class NodeStats:
     """Node-wide rejections by reason (rollouts, messages and handshakes)."""
     bans: int
     peers: tuple[PeerSnapshot, ...]
+    swarm: str = ""
+    """The swarm this node joined."""
+    reachable: bool | None = None
+    """Whether peers can dial this node (dial-back); None: not known yet."""
+    public_port: int = 0
+    """The port peers are asked to dial back (0: no verdict is drawn, the swarm is all on this machine)."""
+    witnesses: int = 0
+    """Networks whose peers dialed this node back in the current check."""
+    unreached: int = 0
+    """Networks whose peers could not."""
+    witnesses_needed: int = 0
+    """Witnesses it takes to count as reachable."""
+    refusals: dict[str, int] = field(default_factory=dict)
+    """Hellos refused either way, by reason (another swarm, an older version)."""
+    upnp: str = ""
+    """The router port mapping: "" (not tried), "missing" (library absent), "none" (no gateway or refused),
+    "mapped" (the router says it forwards the port; dial-back decides whether it works)."""
 
     @property
     def neighbours(self) -> int:

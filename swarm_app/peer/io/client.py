@@ -1,7 +1,8 @@
 """Outgoing aiohttp calls to peers: dial a websocket and run the client side of the hello, and the
 HTTP GETs (/info, /peers, /sample). One shared ClientSession (owned by the node) is passed in.
 
-Every call has an explicit timeout and reads at most one frame's worth of bytes. Failures surface as
+Every call has an explicit timeout and reads at most one frame's worth of bytes (a dial-back's answers
+far less: peer/io/reachability.py). Failures surface as
 `PeerUnavailable` (and `HandshakeError`/`MessageError` for a peer that answers wrongly) for the node
 to record; nothing here retries, scores or logs above debug.
 """
@@ -38,15 +39,26 @@ class PeerUnavailable(Exception):
         self.http_only, self.busy = http_only, busy
 
 
+class Refused(PeerUnavailable):
+    """The peer answered our hello with a bye: `reason` ("banned", "swarm", "version"), and with "swarm"
+    the swarm it is in."""
+
+    def __init__(self, addr: str, bye: Bye) -> None:
+        detail = f"it is in swarm {bye.swarm!r}" if bye.reason == "swarm" else bye.reason
+        super().__init__(f"{addr} refused the connection: {detail}")
+        self.reason, self.swarm = bye.reason, bye.swarm
+
+
 def base_url(addr: str) -> str:
     return f"http://{format_address(*parse_address(addr))}{PREFIX}"
 
 
 async def dial(session: aiohttp.ClientSession, addr: str, identity: Identity, listen: str | None,
-               timeout_s: float, heartbeat_s: float) -> tuple[aiohttp.ClientWebSocketResponse, Hello, float]:
-    """Open a websocket to `addr` and complete the hello; the caller owns the returned socket. The float
-    is the hello's round trip in seconds (our hello out, theirs back): the latency the views show."""
-    handshake = ClientHandshake(identity, listen)
+               timeout_s: float, heartbeat_s: float, swarm: str) -> tuple[aiohttp.ClientWebSocketResponse, Hello, float]:
+    """Open a websocket to `addr` and complete the hello in `swarm`; the caller owns the returned socket. The
+    float is the hello's round trip in seconds (our hello out, theirs back): the latency the views show.
+    `Refused` when the peer answers with a bye, `SwarmMismatch` when its hello names another swarm."""
+    handshake = ClientHandshake(identity, listen, swarm)
     try:
         async with asyncio.timeout(timeout_s):
             ws = await session.ws_connect(f"{base_url(addr)}/ws", max_msg_size=WS_MAX_MSG_SIZE, heartbeat=heartbeat_s,
@@ -59,8 +71,8 @@ async def dial(session: aiohttp.ClientSession, addr: str, identity: Identity, li
                 if reply.type != aiohttp.WSMsgType.TEXT:
                     raise PeerUnavailable(f"{addr} closed during the hello ({reply.type.name})")
                 answer = decode_frame(reply.data)
-                if isinstance(answer, Bye):  # e.g. "banned": not a broken peer, just a closed door
-                    raise PeerUnavailable(f"{addr} refused the connection: {answer.reason}")
+                if isinstance(answer, Bye):  # e.g. "banned", "swarm": not a broken peer, just a closed door
+                    raise Refused(addr, answer)
                 await ws.send_str(encode(handshake.on_server_hello(answer)))
             except BaseException:
                 await ws.close()
@@ -74,14 +86,26 @@ async def dial(session: aiohttp.ClientSession, addr: str, identity: Identity, li
     return ws, handshake.peer, rtt_s
 
 
-async def get_json(session: aiohttp.ClientSession, url: str, timeout_s: float, params: Any = None) -> Any:
-    """GET a JSON document of at most MAX_FRAME_BYTES. PeerUnavailable on any failure."""
+async def get_json(session: aiohttp.ClientSession, url: str, timeout_s: float, params: Any = None,
+                   limit: int = MAX_FRAME_BYTES) -> Any:
+    """GET a JSON document of at most `limit` bytes. PeerUnavailable on any failure."""
+    return await _request_json(session, "GET", url, timeout_s, limit, params=params)
+
+
+async def post_json(session: aiohttp.ClientSession, url: str, body: Any, timeout_s: float,
+                    limit: int = MAX_FRAME_BYTES) -> Any:
+    """POST a JSON body, read a JSON answer of at most `limit` bytes. PeerUnavailable on any failure."""
+    return await _request_json(session, "POST", url, timeout_s, limit, json=body)
+
+
+async def _request_json(session: aiohttp.ClientSession, method: str, url: str, timeout_s: float, limit: int,
+                        **kwargs: Any) -> Any:
     try:
-        async with session.get(url, params=params, timeout=aiohttp.ClientTimeout(total=timeout_s),
-                               allow_redirects=False) as resp:
+        async with session.request(method, url, timeout=aiohttp.ClientTimeout(total=timeout_s), allow_redirects=False,
+                                   **kwargs) as resp:
             if resp.status != 200:
-                raise PeerUnavailable(f"{url}: HTTP {resp.status}")
-            body = await read_limited(resp, MAX_FRAME_BYTES)
+                raise PeerUnavailable(f"{url}: HTTP {resp.status}", busy=resp.status in (429, 503))
+            body = await read_limited(resp, limit)
     except (aiohttp.ClientError, OSError, TimeoutError) as exc:
         raise PeerUnavailable(f"{url}: {exc.__class__.__name__}") from None
     try:

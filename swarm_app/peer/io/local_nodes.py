@@ -26,10 +26,11 @@ log = logging.getLogger(__name__)
 
 def demo_config(pull_interval_s: float = 2.0) -> PeerConfig:
     """Loopback nodes that mesh within seconds: faster pulls and peer exchange than on a real network,
-    and no per-IP cap (every demo node connects from 127.0.0.1)."""
+    no per-IP cap (every demo node connects from 127.0.0.1), and no verdict about being reachable from
+    outside (the views say "not checked")."""
     config = local_config(pull_interval_s=pull_interval_s, exchange_interval_s=2.0, target_outbound=4,
                           max_inbound=256, max_inbound_per_ip=256, max_inbound_per_network=256)
-    return dataclasses.replace(config, tick_s=0.1)
+    return dataclasses.replace(config, tick_s=0.1, local_only=True)
 
 
 @asynccontextmanager

@@ -5,6 +5,8 @@ writes websockets (one bounded send queue and writer task per connection), runs 
 mDNS and the peer table, and carries out the core's actions. `publish`, `sample` and `record_used`
 are safe to call from the training thread and never block or raise: work crosses to the loop with
 call_soon_threadsafe, and the pool has its own lock. It makes no protocol decision of its own.
+It also runs the dial-back check (peer/io/reachability.py), whose verdict goes to `NodeCore.set_reachable`,
+and keeps the refusals of hellos from other swarms and older versions (`refusals`) for the log and views.
 
 Constructor (what the session calls):
     PeerNode(config, identity, *, peer_table_path=None, clock=time.time, rng=None, regenerate_task=regenerate)
@@ -15,10 +17,13 @@ Constructor (what the session calls):
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import ipaddress
 import logging
 import random
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Coroutine
@@ -37,13 +42,14 @@ from swarm_app.peer.core.admission import Admission
 from swarm_app.peer.core.config import PeerConfig
 from swarm_app.peer.core.identity import Identity, IdentityStore
 from swarm_app.peer.core.limits import fitted_limits
-from swarm_app.peer.core.messages import HandshakeError, Hello, MessageError, encode
+from swarm_app.peer.core.messages import HandshakeError, Hello, MessageError, SwarmMismatch, encode
 from swarm_app.peer.core.pool import PoolEntry, RolloutPool, SeenCache
 from swarm_app.peer.core.protocol import NodeCore
 from swarm_app.peer.core.scores import PeerBook
 from swarm_app.peer.core.stats import NodeStats, snapshot
-from swarm_app.peer.io import client, discovery, server
+from swarm_app.peer.io import client, discovery, server, upnp
 from swarm_app.peer.io.metrics import NodeMetrics
+from swarm_app.peer.io.reachability import DialBack
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +58,8 @@ SEND_QUEUE = 256
 SEND_QUEUE_BYTES = 8 * 1024 * 1024
 """Bytes waiting for one peer: a peer that asks for samples and never reads gets nothing more."""
 TABLE_SAVE_S = 300.0
+REFUSAL_KINDS = 32
+"""Distinct refusal reasons counted (each swarm name is one): hellos naming random swarms cannot grow memory."""
 
 Listener = Callable[[PoolEntry, bool], None]
 
@@ -113,6 +121,15 @@ class PeerNode:
         self._runners: list[web.AppRunner] = []
         self._session: aiohttp.ClientSession | None = None
         self._mdns: discovery.MdnsDiscovery | None = None
+        self.mapping: upnp.PortMapping | None = None
+        """The router's port mapping, when UPnP got one."""
+        self.upnp_state = ""
+        """"" (not tried), "missing", "none" or "mapped" (NodeStats.upnp)."""
+        self.refusals: Counter[str] = Counter()
+        """Hellos refused either way, by reason ("swarm 'x' != 'easy'", an older swarm-app)."""
+        verdict = (lambda status: None) if config.local_only else self.core.set_reachable
+        self.dialback = DialBack(identity, config.reachability, config.dialback, random.Random(self.rng.random()),
+                                 clock, verdict, self.core.verify_address)
         for addr in config.bootstrap:
             self.core.add_address(addr, "bootstrap")
 
@@ -131,6 +148,34 @@ class PeerNode:
     @property
     def node_id(self) -> str:
         return self.identity.node_id
+
+    @property
+    def session(self) -> aiohttp.ClientSession | None:
+        """The shared client session (None until the node runs): dials, peer exchange, dial-backs."""
+        return self._session
+
+    @property
+    def public_port(self) -> int | None:
+        """The port peers should dial: `public_port` where set (a forwarded port), else the bound one."""
+        if self.address is None:
+            return None
+        return self.config.public_port or parse_address(self.address)[1]
+
+    @property
+    def announced(self) -> str | None:
+        """The `listen` of our hello: the bound host with the port peers should dial."""
+        if self.address is None:
+            return None
+        return format_address(parse_address(self.address)[0], self.public_port or 0)
+
+    def refused(self, reason: str, where: str) -> None:
+        """A hello refused either way (another swarm, an older version): counted, and logged the first time
+        each reason is seen (after that at debug level: a misconfigured neighbour retries every few minutes)."""
+        if reason not in self.refusals and len(self.refusals) >= REFUSAL_KINDS:
+            reason = "other refusals"
+        self.refusals[reason] += 1
+        first = self.refusals[reason] == 1
+        (log.warning if first else log.debug)("not connected to %s: %s", where, reason)
 
     # --- lifecycle
 
@@ -176,13 +221,16 @@ class PeerNode:
         """cleanup_ctx of the server app: the shared ClientSession and the tick loop live and die with it."""
         timeout = aiohttp.ClientTimeout(total=None, connect=self.config.request_timeout_s,
                                         sock_connect=self.config.request_timeout_s)
-        self._session = aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=0))
+        local = (self.config.source_ip, 0) if self.config.source_ip else None
+        self._session = aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=0, local_addr=local))
         ticker = asyncio.create_task(self._tick_loop(), name=f"rsp-tick-{self.node_id[:8]}")
+        checker = asyncio.create_task(self._check_reachability(), name=f"rsp-dialback-{self.node_id[:8]}")
         try:
             yield
         finally:
             ticker.cancel()
-            pending = [ticker, *self._tasks]
+            checker.cancel()
+            pending = [ticker, checker, *self._tasks]
             for task in self._tasks:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
@@ -200,6 +248,9 @@ class PeerNode:
             await asyncio.wait(writers, timeout=1.0)
         if self._mdns is not None:
             await self._mdns.stop()
+        if self.mapping is not None:
+            await upnp.unmap(self.mapping)
+            self.mapping = None
         for runner in reversed(self._runners):
             await runner.cleanup()
         self._runners.clear()
@@ -219,6 +270,40 @@ class PeerNode:
                 last_save = now
                 discovery.save_peer_table(self.peer_table_path, self.core.addresses)
             await asyncio.sleep(self.config.tick_s)
+
+    async def _check_reachability(self) -> None:
+        """Map the port on the router first (when asked to), so that the dial-backs test the mapping too;
+        then keep asking peers, and renew the mapping at half its lease."""
+        await self._ready.wait()
+        assert self._session is not None
+        if self._wants_upnp():
+            await self._map_port()
+        checking = asyncio.create_task(self.dialback.run(self._session, self._dialback_helpers, lambda: self.public_port))
+        try:
+            while self.mapping is not None:
+                await asyncio.sleep(upnp.LEASE_S / 2)
+                await self._map_port()
+            await checking
+        finally:
+            checking.cancel()
+
+    def _wants_upnp(self) -> bool:
+        """UPnP is asked for, and this node is bound where a router could forward to (not loopback)."""
+        if not self.config.upnp or self.address is None:
+            return False
+        return bool(self.config.upnp_gateway) or not _is_loopback(parse_address(self.address)[0])
+
+    async def _map_port(self) -> None:
+        bound = parse_address(self.address or "")[1]
+        self.mapping = await upnp.map_port(bound, self.config.upnp_gateway)
+        self.upnp_state = "mapped" if self.mapping else ("none" if upnp.installed() else "missing")
+
+    def _dialback_helpers(self) -> list[str]:
+        """Peers that accept connections: those this node dialed, addresses that worked before, and those it
+        dialed back for their own check."""
+        dialed = [c.addr for c in self.core.conns.values() if c.direction == "out" and c.addr]
+        worked = [s.addr for s in self.core.addresses.entries() if s.last_ok > 0]
+        return dialed + worked + list(self.dialback.reached)
 
     # --- RolloutExchange (training thread)
 
@@ -256,7 +341,13 @@ class PeerNode:
 
     def stats(self) -> NodeStats:
         """A snapshot for the views. Call it on the event loop thread."""
-        return snapshot(self.core, self.address, self.clock())
+        state = self.dialback.state
+        return dataclasses.replace(snapshot(self.core, self.address, self.clock()), swarm=self.config.swarm,
+                                   reachable=self.core.reachable,
+                                   public_port=0 if self.config.local_only else self.public_port or 0,
+                                   witnesses=len(state.confirmed), unreached=len(state.failed),
+                                   witnesses_needed=0 if self.config.local_only else state.policy.confirmations,
+                                   refusals=dict(self.refusals), upnp=self.upnp_state)
 
     def add_listener(self, listener: Listener) -> None:
         """`listener(entry, pushed)` runs on the loop for every admitted peer rollout."""
@@ -353,8 +444,20 @@ class PeerNode:
     async def _dial(self, addr: str) -> None:
         assert self._session is not None
         try:
-            ws, hello, rtt_s = await client.dial(self._session, addr, self.identity, self.address,
-                                                 self.config.handshake_timeout_s, self.config.heartbeat_s)
+            ws, hello, rtt_s = await client.dial(self._session, addr, self.identity, self.announced,
+                                                 self.config.handshake_timeout_s, self.config.heartbeat_s,
+                                                 self.config.swarm)
+        except client.Refused as exc:  # a closed door ("banned", another swarm, a newer version): back off
+            self._note_refusal(addr, exc)
+            self.core.count("dial_failures")
+            self._execute(self.core.on_dial_failed(addr, self.clock()))
+            log.debug("%s", exc)
+            return
+        except SwarmMismatch as exc:
+            self.refused(str(exc), addr)
+            self.core.count("dial_failures")
+            self._execute(self.core.on_dial_failed(addr, self.clock()))
+            return
         except client.PeerUnavailable as exc:
             self.core.count("dial_failures")
             self._execute(self.core.on_dial_failed(addr, self.clock(), exc.http_only, exc.busy))
@@ -366,6 +469,14 @@ class PeerNode:
             log.info("peer at %s failed the hello: %s", addr, exc)
             return
         await self.serve(ws, hello, "out", addr, parse_address(addr)[0], rtt_s=rtt_s)
+
+    def _note_refusal(self, addr: str, exc: client.Refused) -> None:
+        if exc.reason == "swarm":
+            self.refused(f"swarm {exc.swarm!r} != {self.config.swarm!r}: it is in another swarm (join it with "
+                         f"--swarm {exc.swarm}, or drop the address)", addr)
+        elif exc.reason == "version":
+            self.refused("it refused our hello as an unknown version: it runs a newer swarm-app; update "
+                         "(re-run install.sh / install.ps1, or pip install -U swarm-app)", addr)
 
     async def serve(self, ws: Any, hello: Hello, direction: str, dialed: str | None, ip: str,
                     rtt_s: float | None = None) -> None:
@@ -458,3 +569,9 @@ class PeerNode:
             return
         self._execute(self.core.on_http_sample(action.addr, items, self.clock()))
 
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"

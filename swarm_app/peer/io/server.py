@@ -1,7 +1,9 @@
 """The RSP/1 aiohttp server: app factory, routes under /rsp/v1, the server side of the hello.
 
-Routes: GET /rsp/v1/info, /rsp/v1/peers, /rsp/v1/sample (HTTP fallback pull), /rsp/v1/ws, and
-/metrics (loopback clients only; a separate bind is `metrics_app`). Handlers only translate between
+Routes: GET /rsp/v1/info, /rsp/v1/peers, /rsp/v1/sample (HTTP fallback pull), /rsp/v1/ws, POST
+/rsp/v1/dialback and GET /rsp/v1/probe (reachability, peer/io/reachability.py), and /metrics (loopback
+clients only; a separate bind is `metrics_app`). A hello from another swarm is refused with bye `swarm`, one
+of version 1 with bye `version`, before this side signs anything. Handlers only translate between
 HTTP/websocket and the node: every decision is the node core's. No request body is ever read, so
 client_max_size is tiny; websocket messages are capped at 1 MiB, uncompressed (no inflate bombs).
 Background tasks belong to the app (cleanup_ctx) and are cancelled on cleanup.
@@ -34,7 +36,19 @@ from swarm_app import __version__
 from swarm_app.kernel.gate import abort_transport
 from swarm_app.kernel.memory import TRIMMER
 from swarm_app.peer.core.identity import Identity, b64url
-from swarm_app.peer.core.messages import HandshakeError, Hello, MessageError, ServerHandshake, decode_frame, encode
+from swarm_app.peer.core.messages import (
+    HELLO_VERSION,
+    HandshakeError,
+    Hello,
+    MessageError,
+    OlderHello,
+    ServerHandshake,
+    SwarmMismatch,
+    decode_frame,
+    encode,
+    swarm_refusal,
+    version_refusal,
+)
 from swarm_app.peer.core.protocol import NodeCore
 from swarm_app.peer.core.ratelimit import BucketMap
 from swarm_app.peer.core.wire import PROTOCOL_VERSION, WS_MAX_MSG_SIZE
@@ -53,6 +67,15 @@ class ServedNode(Protocol):
     stopping: bool
     metrics: Any
     clock: Callable[[], float]
+    dialback: Any
+    """peer/io/reachability.py's DialBack: serves POST /dialback and GET /probe."""
+    session: Any
+    """The node's aiohttp ClientSession (None until it runs): dial-backs go out through it."""
+
+    @property
+    def announced(self) -> str | None: ...
+
+    def refused(self, reason: str, where: str) -> None: ...
 
     @property
     def node_id(self) -> str: ...
@@ -124,6 +147,8 @@ def create_app(node: ServedNode) -> web.Application:
     app.router.add_get(f"{PREFIX}/peers", peers)
     app.router.add_get(f"{PREFIX}/sample", sample)
     app.router.add_get(f"{PREFIX}/ws", websocket)
+    app.router.add_post(f"{PREFIX}/dialback", dialback)
+    app.router.add_get(f"{PREFIX}/probe", probe)
     app.router.add_get("/metrics", metrics_loopback)
     app.cleanup_ctx.append(node.background)
     return app
@@ -146,8 +171,9 @@ async def info(request: web.Request) -> web.Response:
         return web.json_response({"error": "rate limited"}, status=429)
     node = request.app[NODE]
     return web.json_response({
-        "protocol": "RSP/1", "v": PROTOCOL_VERSION, "node": node.node_id, "key": b64url(node.identity.public_key),
-        "listen": node.address, "time_ms": int(node.clock() * 1000), "share": node.config.share,
+        "protocol": "RSP/1", "v": PROTOCOL_VERSION, "hello": HELLO_VERSION, "swarm": node.config.swarm,
+        "node": node.node_id, "key": b64url(node.identity.public_key), "listen": node.address,
+        "reachable": node.core.reachable, "time_ms": int(node.clock() * 1000), "share": node.config.share,
         "software": f"swarm-app/{__version__}"})
 
 
@@ -155,6 +181,21 @@ async def peers(request: web.Request) -> web.Response:
     if _limited(request):
         return web.json_response({"error": "rate limited"}, status=429)
     return web.json_response({"peers": request.app[NODE].core.peer_list()})
+
+
+async def dialback(request: web.Request) -> web.Response:
+    """POST /dialback {"node", "port", "token"}: dial the requester back at its own IP (rate limited)."""
+    if _limited(request):
+        return web.json_response({"error": "rate limited"}, status=429)
+    node = request.app[NODE]
+    return await node.dialback.serve_dialback(request, node.session)
+
+
+async def probe(request: web.Request) -> web.Response:
+    """GET /probe?token=..&nonce=..: this node's id and key, signed over the dialer's nonce."""
+    if _limited(request):
+        return web.json_response({"error": "rate limited"}, status=429)
+    return await request.app[NODE].dialback.serve_probe(request)
 
 
 async def sample(request: web.Request) -> web.Response:
@@ -238,7 +279,7 @@ async def websocket(request: web.Request) -> web.StreamResponse:
         ws = web.WebSocketResponse(max_msg_size=WS_MAX_MSG_SIZE, heartbeat=node.config.heartbeat_s,
                                    compress=False, timeout=node.config.request_timeout_s)
         await ws.prepare(request)
-        done = await handshake(ws, node)
+        done = await handshake(ws, node, ip)
         if done is not None:
             await node.serve(ws, done[0], "in", None, ip, rtt_s=done[1])
         else:
@@ -248,13 +289,23 @@ async def websocket(request: web.Request) -> web.StreamResponse:
     return ws
 
 
-async def handshake(ws: web.WebSocketResponse, node: ServedNode) -> tuple[Hello, float] | None:
-    """Server side of the hello: the peer's hello and the round trip of ours (seconds). None (counted
-    as a "handshake" rejection) when it fails."""
-    hs = ServerHandshake(node.identity, node.address)
+async def handshake(ws: web.WebSocketResponse, node: ServedNode, ip: str) -> tuple[Hello, float] | None:
+    """Server side of the hello: the peer's hello and the round trip of ours (seconds). None when it fails
+    (counted as a "handshake" rejection) or is refused (another swarm, an older hello: `node.refused`)."""
+    hs = ServerHandshake(node.identity, node.announced, node.config.swarm)
     try:
         async with asyncio.timeout(node.config.handshake_timeout_s):
-            hello = await _text(ws)
+            try:
+                hello = await _text(ws)
+                hs.check_swarm(hello)
+            except OlderHello:  # not an offence: a node from before swarm names, told so before we sign
+                node.refused("an older swarm-app (hello v1, before swarm names): it needs an update", ip)
+                await ws.send_str(encode(version_refusal()))
+                return None
+            except SwarmMismatch as exc:  # not an offence either: it dialed a node of another swarm
+                node.refused(str(exc), ip)
+                await ws.send_str(encode(swarm_refusal(node.config.swarm)))
+                return None
             if isinstance(hello, Hello) and node.core.peers.is_banned(hello.node, node.clock()):
                 await ws.send_str(encode({"t": "bye", "reason": "banned"}))  # before spending a signature
                 return None
@@ -266,6 +317,7 @@ async def handshake(ws: web.WebSocketResponse, node: ServedNode) -> tuple[Hello,
         log.debug("inbound hello failed: %s", exc)
         node.core.on_handshake_failed()
         return None
+
 
 
 async def _text(ws: web.WebSocketResponse):

@@ -16,7 +16,7 @@ import pytest
 import rfc8785
 
 from swarm_app.peer.core.identity import Identity, b64url
-from swarm_app.peer.core.messages import ClientHandshake, decode_frame, encode
+from swarm_app.peer.core.messages import HELLO_VERSION, ClientHandshake, decode_frame, encode
 from swarm_app.peer.core.wire import MAX_FRAME_BYTES, SIGNATURE_PREFIX, SignedRollout, body_dict, sign_rollout
 from swarm_app.peer.io.node import PeerNode
 from tests.peer.helpers import fast_config, make_rollout, signed
@@ -32,7 +32,7 @@ class Attacker:
         self.ws: aiohttp.ClientWebSocketResponse | None = None
         self.refused: str | None = None
 
-    async def connect(self, node: PeerNode, version: int = 1) -> bool:
+    async def connect(self, node: PeerNode, version: int = HELLO_VERSION) -> bool:
         self.ws = await self.http.ws_connect(f"http://{node.address}/rsp/v1/ws", max_msg_size=8 * 2**20)
         hs = ClientHandshake(self.identity, None)
         hello = hs.start()
@@ -214,7 +214,9 @@ async def test_unknown_protocol_version(node, http):
     await bad.push(SignedRollout(body, bad.identity.sign(SIGNATURE_PREFIX + body)))
     await asyncio.sleep(0.3)
     assert node.stats().rejected["version"] == 1
-    assert not await Attacker(http).connect(node, version=2)  # a v2 hello gets no session
+    assert not await Attacker(http).connect(node, version=3)  # a hello of an unknown version gets no session
+    older = Attacker(http)
+    assert not await older.connect(node, version=1) and older.refused == "version"  # one from before swarm names
     await assert_healthy(node, http)
 
 

@@ -31,7 +31,8 @@ def test_peer_settings_and_flags_build_the_config(tmp_path):
     assert config.bootstrap == ("10.0.0.2:47470", "[::1]:5") and config.listen == "127.0.0.1:0"
     assert not config.mdns and not config.share and config.metrics_listen == "127.0.0.1:9464"
     default = peer_config(Settings())
-    assert default == PeerConfig() and default.listen == DEFAULT_LISTEN and default.mdns and default.share
+    assert default == PeerConfig(upnp=True) and default.listen == DEFAULT_LISTEN and default.mdns and default.share
+    assert default.swarm == "easy" and default.bootstrap == ()  # the preset's public swarm; none ships yet
     bad = Settings()
     bad.peer.peers = ["no-port"]
     with pytest.raises(UsageError, match="HOST:PORT"):
