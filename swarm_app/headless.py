@@ -16,6 +16,7 @@ from swarm_app.kernel.events import (
     EvaluationFinished,
     Event,
     ModelLoading,
+    ReachabilityChanged,
     RoundFinished,
     RoundMetrics,
     RunStarted,
@@ -25,6 +26,7 @@ from swarm_app.kernel.events import (
     TrainingPaused,
     TrainingResumed,
 )
+from swarm_app.kernel.swarms import reachability_fix, reachability_text
 
 
 class HeadlessView:
@@ -60,7 +62,9 @@ class HeadlessView:
         if isinstance(event, RoundFinished):
             return format_round(event.metrics, self.total_rounds)
         if isinstance(event, SwarmJoined):
-            return f"swarm: node {event.node_id} listening on {event.address}"
+            return format_joined(event)
+        if isinstance(event, ReachabilityChanged):
+            return format_reachability(event)
         if isinstance(event, RunStopped):
             return format_stop(event)
         if isinstance(event, EvaluationFinished) and event.kind != "scheduled":  # a scheduled one is on the round line
@@ -91,6 +95,24 @@ def _short_line(event: Event) -> str:
     # Not printed: scheduled evaluations (the round line carries held-out accuracy and eval time) and
     # peers coming and going (rotation every minute); the JSON format has them.
     return ""
+
+
+def format_joined(e: SwarmJoined) -> str:
+    """The start line of a networked node: which swarm, where it listens, where it looks for peers, and
+    that whether it is reachable from outside is being checked."""
+    name = f"swarm {e.swarm!r}" if e.swarm else "swarm"
+    where = (f"dialing {e.bootstrap} bootstrap address{'es' if e.bootstrap > 1 else ''}" if e.bootstrap else
+             "no bootstrap address (none ships yet: give one with --bootstrap HOST:PORT); looking on the LAN and "
+             "in the saved peer table")
+    line = f"{name}: node {e.node_id} listening on {e.address}; {where}; 0 peers so far (training goes on meanwhile)"
+    return line + (f"\nreachable from outside: checking (asking peers to dial port {e.port} back)" if e.port else "")
+
+
+def format_reachability(e: ReachabilityChanged) -> str:
+    peers = f"{e.peers} peer{'s' if e.peers != 1 else ''}"
+    swarm = f"swarm {e.swarm!r}, " if e.swarm else ""
+    line = f"{swarm}{peers}: {reachability_text(e.reachable, e.port)}"
+    return line if e.reachable else f"{line}\n  {reachability_fix(e.port, e.upnp)}"
 
 
 def format_evaluation(e: EvaluationFinished) -> str:

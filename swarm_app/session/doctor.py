@@ -2,10 +2,14 @@
 
 Owns the report: hardware, every known engine (installed, usable, why not, the exact install command),
 the engine `auto` picks and the recommended sizing, the model `--model` resolves to, the user paths,
-whether the listen port is free and whether bootstrap peers answer a TCP connect (2 s each, all at
-once). `failed` lists the checks that failed (no engine, no model, the listen port of a node that joins
-the swarm taken, no `--peer` answering), each in a few words, so the command can exit non-zero and
-say which. It loads no model and imports no engine's heavy modules, so it answers in about a second; with
+whether the listen port is free, the swarm the node would join and whether its bootstrap and `--peer`
+addresses answer a TCP connect (2 s each, all at once; with their swarm and version from /info), and
+whether peers outside can reach this machine: with the listen port free and a peer answering, a throwaway
+probe server on the port asks up to 3 of them to dial it back (peer/io/reachability.py check_once; 10 s),
+and the report says what the answer means and how to fix it. `failed` lists the checks that failed (no
+engine, no model, the listen port of a node that joins the swarm taken, no bootstrap or `--peer` address
+answering), each in a few words, so the command can exit non-zero and say which. It loads no model and
+imports no engine's heavy modules, so it answers in about a second (plus the dial-back, when it runs); with
 `pace=True` it also loads the model on the chosen engine and times one probe round (1 question x L
 completions, scaled to the recommended I) for a seconds-per-round and rounds-per-hour estimate.
 Must not write anything or change settings; swarm_app/commands/doctor.py prints the report.
@@ -22,7 +26,7 @@ from pathlib import Path
 
 from backends import registry
 from backends.base import BackendError, Hardware
-from swarm_app.kernel import hardware, sizing
+from swarm_app.kernel import hardware, sizing, swarms
 from swarm_app.kernel.errors import SwarmError
 from swarm_app.kernel.paths import user_dirs
 from swarm_app.kernel.settings import Settings
@@ -104,9 +108,12 @@ def build_report(settings: Settings, hw: Hardware, pace: bool = False) -> dict:
         "model": model,
         "paths": _paths(settings),
         "listen": _listen(settings.peer.listen),
-        "peers": asyncio.run(_peers(settings.peer.peers)) if settings.peer.peers else [],
+        "swarm": _swarm(settings),
         "pace": _pace(settings, hw, resolved) if pace and chosen else PACE_HINT,
     }
+    targets = report["swarm"]["bootstrap"] + [a for a in settings.peer.peers if a not in report["swarm"]["bootstrap"]]
+    report["peers"] = asyncio.run(_peers(targets, report["swarm"]["name"])) if targets else []
+    report["reachability"] = _reachability(settings, report)
     report["failed"] = failed_checks(report, settings.peer.enabled)
     return report
 
@@ -124,8 +131,50 @@ def failed_checks(report: dict, joins_swarm: bool) -> list[str]:
         failed.append(f"listen {listen['address']} is not free ({listen['reason']})")
     peers = report["peers"]
     if peers and not any(peer["reachable"] for peer in peers):
-        failed.append("no --peer answers (" + "; ".join(f"{p['address']}: {p['reason']}" for p in peers) + ")")
+        failed.append("no bootstrap or --peer address answers ("
+                      + "; ".join(f"{p['address']}: {p['reason']}" for p in peers) + ")")
     return failed
+
+
+def _swarm(settings: Settings) -> dict:
+    """The swarm a node would join and where it would dial first (the addresses as typed: doctor diagnoses
+    them rather than refusing them). A bad swarm name is a UsageError (exit 2), as for `swarm run`."""
+    name = swarms.swarm_name(settings.peer.swarm, settings.tasks.preset)
+    given = "peer.bootstrap" in settings.given
+    bootstrap = list(settings.peer.bootstrap) if given else list(swarms.shipped_bootstrap(name))
+    return {"name": name, "bootstrap": bootstrap, "bootstrap_from": "settings" if given else "shipped with the app"}
+
+
+def _reachability(settings: Settings, report: dict) -> dict:
+    """Whether peers outside can dial this machine's listen port, by asking up to 3 answering peers of the
+    same swarm to dial a throwaway probe server there; "checked" False says why it was not asked."""
+    listen, port = report["listen"], _port_of(settings.peer.listen)
+    helpers = [p["address"] for p in report["peers"] if p["reachable"] and p.get("swarm") == report["swarm"]["name"]]
+    why_not = ("offline (--offline): nothing listens" if not settings.peer.enabled else
+               f"the listen port is taken ({listen['reason']}): is a node running? its dashboard says" if not listen["free"]
+               else "no peer of this swarm answered to dial it back (give --bootstrap HOST:PORT of a running node)"
+               if not helpers else "")
+    if why_not:
+        return {"checked": False, "reachable": None, "port": port, "text": f"reachable from outside: not checked: {why_not}"}
+    from swarm_app.peer.io.reachability import check_once
+
+    try:
+        found = asyncio.run(check_once(settings.peer.listen, helpers[:3]))
+    except OSError as exc:
+        return {"checked": False, "reachable": None, "port": port,
+                "text": f"reachable from outside: not checked: cannot listen on {settings.peer.listen} ({exc.strerror or exc})"}
+    reachable = True if found["confirmed"] else (False if found["failed"] else None)
+    text = swarms.reachability_text(reachable, found["port"]) if reachable is not None else \
+        "reachable from outside: not known (no peer answered the dial-back request; older nodes do not)"
+    return {"checked": True, "reachable": reachable, "port": found["port"], **found, "text": text,
+            "fix": swarms.reachability_fix(found["port"]) if reachable is False else ""}
+
+
+def _port_of(address: str) -> int:
+    try:
+        return int(address.rsplit(":", 1)[1])
+    except (IndexError, ValueError):
+        return 0
 
 
 def _run_settings(settings: Settings, advice: sizing.Recommendation, model: dict, cores: int) -> dict:
@@ -225,11 +274,11 @@ def _listen(address: str) -> dict:
     return {"address": address, "free": error is None, "reason": reason}
 
 
-async def _peers(addresses: list[str]) -> list[dict]:
-    return list(await asyncio.gather(*(_reach(a) for a in addresses)))
+async def _peers(addresses: list[str], swarm: str) -> list[dict]:
+    return list(await asyncio.gather(*(_reach(a, swarm) for a in addresses)))
 
 
-async def _reach(address: str) -> dict:
+async def _reach(address: str, swarm: str) -> dict:
     from swarm_app.peer.core.addressbook import parse_address
 
     try:
@@ -240,7 +289,7 @@ async def _reach(address: str) -> dict:
     except (OSError, asyncio.TimeoutError) as exc:
         return {"address": address, "reachable": False, "reason": getattr(exc, "strerror", None) or "no answer in 2 s"}
     writer.close()
-    return {"address": address, "reachable": True, "reason": "", **await _versions(host, port)}
+    return {"address": address, "reachable": True, "reason": "", **await _versions(host, port, swarm)}
 
 
 async def _read_to_end(reader: asyncio.StreamReader, limit: int) -> bytes:
@@ -252,11 +301,9 @@ async def _read_to_end(reader: asyncio.StreamReader, limit: int) -> bytes:
     return raw
 
 
-async def _versions(host: str, port: int) -> dict:
-    """The peer's protocol and software versions from GET /rsp/v1/info, and what to do when they differ.
-    A plain HTTP/1.0 request on a stream: doctor stays free of aiohttp."""
-    from swarm_app import __version__
-    from swarm_app.peer import PROTOCOL_VERSION
+async def _versions(host: str, port: int, swarm: str) -> dict:
+    """The peer's protocol and software versions and its swarm from GET /rsp/v1/info, and what to do when
+    they differ. A plain HTTP/1.0 request on a stream (aiohttp is imported only for the dial-back check)."""
 
     try:
         reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), PEER_TIMEOUT_S)
@@ -265,15 +312,32 @@ async def _versions(host: str, port: int) -> dict:
         writer.close()
         info = json.loads(raw.partition(b"\r\n\r\n")[2])
     except (OSError, asyncio.TimeoutError, ValueError):
-        return {"protocol": None, "software": "", "update": ""}
+        return {"protocol": None, "software": "", "update": "", "swarm": None}
+    if not isinstance(info, dict):
+        return {"protocol": None, "software": "", "update": "", "swarm": None}
     theirs, software = info.get("v"), str(info.get("software", ""))[:60]
+    theirs_swarm = info.get("swarm") if isinstance(info.get("swarm"), str) else None
+    return {"protocol": theirs, "software": software, "swarm": theirs_swarm and theirs_swarm[:64],
+            "update": _version_advice(theirs, theirs_swarm, swarm)}
+
+
+def _version_advice(theirs: object, theirs_swarm: str | None, swarm: str) -> str:
+    """What to do about a peer that would not connect: another protocol version, a swarm-app from before
+    swarm names, another swarm; "" when it would."""
+    from swarm_app import __version__
+    from swarm_app.peer import PROTOCOL_VERSION
+
     update = ""
     if isinstance(theirs, int) and theirs > PROTOCOL_VERSION:
         update = (f"it speaks protocol v{theirs}, this install v{PROTOCOL_VERSION} ({__version__}): update "
                   "(re-run install.sh / install.ps1, or pip install -U swarm-app)")
     elif isinstance(theirs, int) and theirs < PROTOCOL_VERSION:
         update = f"it speaks the older protocol v{theirs}: that node needs an update to swarm with this one"
-    return {"protocol": theirs, "software": software, "update": update}
+    elif theirs_swarm is None:
+        update = "it runs an older swarm-app (from before swarm names): that node needs an update to swarm with this one"
+    elif theirs_swarm != swarm:
+        update = f"it is in swarm {theirs_swarm!r}, this node joins {swarm!r}: they will not connect (--swarm {theirs_swarm})"
+    return update
 
 
 def format_text(report: dict) -> str:
@@ -294,6 +358,11 @@ def format_text(report: dict) -> str:
     lines += [f"{key.replace('_', ' ')}: {value}" for key, value in report["paths"].items()]
     listen = report["listen"]
     lines.append(f"listen {listen['address']}: " + ("free" if listen["free"] else f"not free ({listen['reason']})"))
+    swarm = report["swarm"]
+    bootstrap = ", ".join(swarm["bootstrap"]) or "none (none ships yet: give one with --bootstrap HOST:PORT)"
+    lines.append(f"swarm: {swarm['name']}; bootstrap ({swarm['bootstrap_from']}): {bootstrap}")
+    reach = report["reachability"]
+    lines.append(reach["text"] + (f"\n  {reach['fix']}" if reach.get("fix") else ""))
     for peer in report["peers"]:
         state = (f"reachable, {peer.get('software') or 'software unknown'}" if peer["reachable"]
                  else f"unreachable ({peer['reason']})")

@@ -1,8 +1,10 @@
 """`PeerTracker`: turns successive peer-node snapshots into the events the views show.
 
 Sans-IO, like the peer core: `update(stats)` takes a `NodeStats` snapshot and returns events
-(PeersUpdated always; PeerConnected / PeerDisconnected for changes; RolloutsRejected for new
-rejections by reason). It keeps only the previous snapshot's connected set and rejection counts.
+(PeersUpdated always, with the swarm's name and whether the node is reachable from outside;
+PeerConnected / PeerDisconnected for changes; RolloutsRejected for new rejections by reason;
+ReachabilityChanged when dial-back reaches a verdict or changes it). It keeps only the previous
+snapshot's connected set, rejection counts and verdict.
 """
 
 from __future__ import annotations
@@ -10,7 +12,15 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from swarm_app.kernel.events import Event, PeerConnected, PeerDisconnected, PeerRow, PeersUpdated, RolloutsRejected
+from swarm_app.kernel.events import (
+    Event,
+    PeerConnected,
+    PeerDisconnected,
+    PeerRow,
+    PeersUpdated,
+    ReachabilityChanged,
+    RolloutsRejected,
+)
 
 if TYPE_CHECKING:
     from swarm_app.peer.core.stats import NodeStats, PeerSnapshot
@@ -20,11 +30,18 @@ class PeerTracker:
     def __init__(self) -> None:
         self._connected: dict[str, str] = {}
         self._rejected: Counter[str] = Counter()
+        self._reachable: bool | None = None
 
     def update(self, stats: "NodeStats") -> list[Event]:
         rows = tuple(sorted((peer_row(p) for p in stats.peers), key=lambda r: (not r.connected, r.node_id)))
         events: list[Event] = [PeersUpdated(rows, stats.sharing, stats.published, stats.sent, stats.accepted,
-                                            sum(stats.rejected.values()), stats.pool_size)]
+                                            sum(stats.rejected.values()), stats.pool_size, stats.swarm,
+                                            stats.reachable, stats.public_port, stats.witnesses,
+                                            stats.witnesses_needed, stats.upnp)]
+        if stats.reachable is not None and stats.reachable != self._reachable:
+            events.append(ReachabilityChanged(stats.reachable, stats.public_port, stats.neighbours, stats.swarm,
+                                              stats.upnp))
+        self._reachable = stats.reachable
         connected = {r.node_id: r.address for r in rows if r.connected}
         events += [PeerConnected(node, addr) for node, addr in connected.items() if node not in self._connected]
         events += [PeerDisconnected(node) for node in self._connected if node not in connected]

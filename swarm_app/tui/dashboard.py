@@ -1,4 +1,5 @@
-"""The dashboard: engine badge, round progress with ETA, reward chart, throughput, last warning.
+"""The dashboard: engine badge, round progress with ETA, the swarm (its name, peers, whether the node is
+reachable from outside and how to make it so), reward chart, throughput, last warning.
 
 Each widget draws itself from a `ViewState` in `show(state)`; none keeps state of its own.
 """
@@ -11,6 +12,7 @@ from textual.containers import Vertical
 from textual.widgets import ProgressBar, Static
 from textual_plotext import PlotextPlot
 
+from swarm_app.kernel.swarms import reachability_fix, reachability_short
 from swarm_app.tui.state import ViewState, moving_average
 
 
@@ -66,6 +68,24 @@ class RoundStatus(Static):
                     f"{tokens} · ETA {_seconds(s.eta_s)} · {sharing}")
 
 
+class SwarmLine(Static):
+    """Which swarm, how many peers, whether peers outside can dial this node; when they cannot, that it
+    still works and how to fix it (a participant behind a home router should not have to guess)."""
+
+    def show(self, s: ViewState) -> None:
+        if s.offline:
+            self.update("offline: no swarm, nothing shared or received (--offline)")
+            return
+        if not s.swarm and not s.node_id:
+            self.update("joining the swarm")
+            return
+        peers = sum(p.connected for p in s.peers)
+        line = (f"swarm {s.swarm or '-'} · {peers} peer{'s' if peers != 1 else ''} · "
+                f"{reachability_short(s.reachable, s.witnesses, s.witnesses_needed, s.port)}")
+        self.set_class(s.reachable is False, "-unreachable")
+        self.update(line + (f"\n{reachability_fix(s.port, s.upnp)}" if s.reachable is False and s.port else ""))
+
+
 class RewardChart(PlotextPlot):
     """Local-only reward, external (peers') reward and held-out accuracy, as moving averages; or
     held-out accuracy per task when `per_task` is on."""
@@ -105,12 +125,14 @@ class Dashboard(Vertical):
     def compose(self) -> ComposeResult:
         yield EngineBadge(id="engine")
         yield RoundStatus(id="round-status")
+        yield SwarmLine(id="swarm-line")
         yield ProgressBar(id="round-progress", show_eta=False)
         yield RewardChart(id="chart")
         yield Notice(id="notice")
 
     def show(self, s: ViewState) -> None:
-        for widget in (self.query_one(EngineBadge), self.query_one(RoundStatus), self.query_one(Notice)):
+        for widget in (self.query_one(EngineBadge), self.query_one(RoundStatus), self.query_one(SwarmLine),
+                       self.query_one(Notice)):
             widget.show(s)
         bar = self.query_one(ProgressBar)
         bar.update(total=max(s.phase_total, 1), progress=s.phase_done if s.phase else 0)

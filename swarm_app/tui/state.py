@@ -85,6 +85,15 @@ class ViewState:
     run_dir: str = ""
     node_id: str = ""
     address: str = ""
+    swarm: str = ""
+    """The swarm joined (SwarmJoined, then every PeersUpdated)."""
+    port: int = 0
+    """The port peers would dial: the one to forward on a home router."""
+    reachable: bool | None = None
+    """Whether peers can dial this node from outside; None: not known yet."""
+    witnesses: int = 0
+    witnesses_needed: int = 0
+    upnp: str = ""
     total_rounds: int = 0
     round: int = 0
     phase: str = ""
@@ -195,6 +204,12 @@ def _log(s: ViewState, e: LogRecorded) -> None:
 def _peers(s: ViewState, e: PeersUpdated) -> None:
     s.peers = tuple(_safe_row(r) for r in e.peers)
     s.swarm_totals, s.sharing = e, e.sharing
+    s.swarm, s.port = safe_text(e.swarm, 64) or s.swarm, e.port
+    s.reachable, s.witnesses, s.witnesses_needed, s.upnp = e.reachable, e.witnesses, e.witnesses_needed, e.upnp
+
+
+def _joined(s: ViewState, e: SwarmJoined) -> None:
+    s.node_id, s.address, s.swarm, s.port = e.node_id, e.address, safe_text(e.swarm, 64), e.port
 
 
 def _safe_row(r: PeerRow) -> PeerRow:
@@ -218,7 +233,7 @@ def _set(**values):
 _HANDLERS = {
     ModelLoading: _loading,
     RunStarted: _run_started,
-    SwarmJoined: _set(node_id=lambda e: e.node_id, address=lambda e: e.address),
+    SwarmJoined: _joined,
     RoundStarted: _round_started,
     PhaseProgress: _progress,
     RoundFinished: _round_finished,

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -183,7 +186,82 @@ def test_doctor_exits_1_and_says_which_check_failed(capsys, monkeypatch):
         assert len(said) == 1 and said[0].startswith(f"swarm doctor: 1 check failed: listen {taken} is not free ("), said
         assert main(["doctor", "--listen", "127.0.0.1:0", "--peer", gone]) == 1
         err = capsys.readouterr().err
-        assert f"no --peer answers ({gone}: " in err and "check failed" in err
+        assert f"no bootstrap or --peer address answers ({gone}: " in err and "check failed" in err
         assert main(["doctor", "--listen", "127.0.0.1:0", "--peer", gone, "--peer", taken]) == 0  # one answers
     assert main(["doctor", "--listen", "127.0.0.1:0"]) == 0
     assert capsys.readouterr().err == ""
+
+
+@contextlib.contextmanager
+def node_in_a_thread(config):
+    """A real peer node on its own event loop thread: doctor runs asyncio.run itself."""
+    from swarm_app.peer.core.identity import Identity
+    from swarm_app.peer.io.node import PeerNode
+
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    node = PeerNode(config, Identity.generate())
+    asyncio.run_coroutine_threadsafe(node.start(), loop).result(10)
+    try:
+        yield node
+    finally:
+        asyncio.run_coroutine_threadsafe(node.stop(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
+        loop.close()
+
+
+def test_doctor_names_the_swarm_and_asks_a_peer_to_dial_it_back(capsys, monkeypatch):
+    from swarm_app.peer.core.config import local_config
+
+    monkeypatch.setenv("SWARM_PEER_ENABLED", "true")
+    with node_in_a_thread(local_config()) as helper:
+        report = doctor_json(capsys, monkeypatch, None, "--listen", "127.0.0.1:0", "--bootstrap", helper.address)
+        reach = report["reachability"]
+        assert report["swarm"] == {"name": "easy", "bootstrap": [helper.address], "bootstrap_from": "settings"}
+        assert report["peers"][0]["swarm"] == "easy" and report["peers"][0]["update"] == ""
+        assert reach["checked"] and reach["reachable"] is True and reach["confirmed"] == 1 and reach["port"] > 0
+        assert helper.dialback.counters["served"] == 1
+        assert main(["doctor", "--listen", "127.0.0.1:0", "--bootstrap", helper.address]) == 0
+        out = capsys.readouterr().out
+        assert f"swarm: easy; bootstrap (settings): {helper.address}" in out
+        assert "reachable from outside: yes (peers dialed it back on port " in out
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="needs 127.x.y.z addresses (Linux)")
+def test_doctor_says_when_peers_cannot_dial_back_and_how_to_fix_it(capsys, monkeypatch):
+    """It listens on 127.0.6.2 but asks from 127.0.0.1: the helper dials 127.0.0.1, where nothing listens."""
+    from swarm_app.peer.core.config import local_config
+
+    monkeypatch.setenv("SWARM_PEER_ENABLED", "true")
+    with node_in_a_thread(local_config()) as helper:
+        report = doctor_json(capsys, monkeypatch, None, "--listen", "127.0.6.2:0", "--bootstrap", helper.address)
+        reach = report["reachability"]
+        assert reach["checked"] and reach["reachable"] is False and reach["failed"] == 1
+        assert "it still works: it dials out" in reach["text"]
+        assert reach["fix"] == (f"to accept peers too: forward TCP port {reach['port']} on your router to this computer, "
+                                "or enable UPnP there")
+
+
+def test_doctor_says_a_peer_of_another_swarm_will_not_connect(capsys, monkeypatch):
+    from swarm_app.peer.core.config import local_config
+
+    monkeypatch.setenv("SWARM_PEER_ENABLED", "true")
+    with node_in_a_thread(local_config()) as helper:
+        report = doctor_json(capsys, monkeypatch, None, "--listen", "127.0.0.1:0", "--swarm", "my-lab",
+                             "--bootstrap", helper.address)
+    assert report["peers"][0]["update"] == "it is in swarm 'easy', this node joins 'my-lab': they will not connect (--swarm easy)"
+    assert report["reachability"]["checked"] is False
+    assert "no peer of this swarm answered" in report["reachability"]["text"]
+
+
+def test_doctor_without_a_bootstrap_says_none_ships_and_a_bad_swarm_name_is_exit_2(capsys, monkeypatch):
+    monkeypatch.setenv("SWARM_PEER_ENABLED", "true")
+    assert main(["doctor", "--listen", "127.0.0.1:0"]) == 0
+    out = capsys.readouterr().out
+    assert "swarm: easy; bootstrap (shipped with the app): none (none ships yet: give one with --bootstrap" in out
+    assert "reachable from outside: not checked: no peer of this swarm answered" in out
+    assert main(["doctor", "--swarm", "Bad Name"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "swarm name 'Bad Name'" in err[0]

@@ -38,14 +38,16 @@ def peer(n: int, connected: bool = True, **changes) -> PeerRow:
     return PeerRow(**fields)
 
 
-def peers_updated(rows) -> PeersUpdated:
-    return PeersUpdated(tuple(rows), True, 96, 192, 60, 2, 40)
+def peers_updated(rows, reachable: bool | None = False) -> PeersUpdated:
+    """The swarm now: this node is not reachable from outside (the case whose advice the dashboard shows)."""
+    return PeersUpdated(tuple(rows), True, 96, 192, 60, 2, 40, swarm="easy", reachable=reachable, port=47470,
+                        witnesses=0, witnesses_needed=3)
 
 
 def dashboard_script(rounds: int = 12) -> list:
     events = [RunStarted("/runs/demo", "torch", "torch on CPU (no CUDA GPU found)", "swarm-tiny", "easy", 1, 20,
                          "cpu", 17 * 2**20, "", 24 * 2**30),
-              SwarmJoined("ab" * 16, "127.0.0.1:47470")]
+              SwarmJoined("ab" * 16, "127.0.0.1:47470", "easy", 1, 47470)]
     for t in range(1, rounds + 1):
         events.append(RoundFinished(metrics(t)))
         if t % 5 == 0:

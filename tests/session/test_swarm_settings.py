@@ -1,0 +1,85 @@
+"""Joining a swarm by name, from the settings: --swarm / [peer] swarm / SWARM_PEER_SWARM, the bootstrap list
+(shipped, replaced by --bootstrap / [peer] bootstrap / SWARM_PEER_BOOTSTRAP, plus --peer), one clear line and
+exit 2 for a bad name or address; and the reachability event the views print."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from swarm_app.cli import build_parser, main
+from swarm_app.commands.flags import load_settings_for
+from swarm_app.kernel import swarms
+from swarm_app.kernel.events import PeersUpdated, ReachabilityChanged
+from swarm_app.peer.core.stats import NodeStats
+from swarm_app.session.peer_events import PeerTracker
+from swarm_app.session.setup import peer_config
+
+
+def config_of(tmp_path, *argv: str, toml: str = ""):
+    (tmp_path / "config.toml").write_text(toml)
+    args = build_parser().parse_args(["run", *argv, "--config", str(tmp_path / "config.toml")])
+    return peer_config(load_settings_for(args))
+
+
+def test_the_default_is_the_public_swarm_of_the_task_preset_and_its_shipped_list(tmp_path, monkeypatch):
+    config = config_of(tmp_path)
+    assert config.swarm == "easy" and config.bootstrap == swarms.PUBLIC_BOOTSTRAP["easy"] == ()
+    assert config_of(tmp_path, "--tasks", "paper").swarm == "paper"
+    monkeypatch.setitem(swarms.PUBLIC_BOOTSTRAP, "easy", ("boot.example.org:47470",))
+    assert config_of(tmp_path).bootstrap == ("boot.example.org:47470",)
+    assert config_of(tmp_path, "--peer", "10.0.0.9:1").bootstrap == ("boot.example.org:47470", "10.0.0.9:1")
+    assert config_of(tmp_path, "--bootstrap", "10.0.0.5:2").bootstrap == ("10.0.0.5:2",)  # given: replaces it
+    assert config_of(tmp_path, "--swarm", "my-lab").bootstrap == ()  # a private swarm ships none
+
+
+def test_flags_env_and_config_name_the_swarm_and_its_bootstrap(tmp_path, monkeypatch):
+    config = config_of(tmp_path, "--swarm", "my-lab", "--bootstrap", "10.0.0.5:47470", "--bootstrap",
+                       "node.example.org:47470", "--peer", "10.0.0.9:1", "--peer", "10.0.0.5:47470")
+    assert config.swarm == "my-lab"
+    assert config.bootstrap == ("10.0.0.5:47470", "node.example.org:47470", "10.0.0.9:1")  # duplicates once
+    toml = '[peer]\nswarm = "lab3"\nbootstrap = ["10.0.0.8:3"]\n'
+    assert (config_of(tmp_path, toml=toml).swarm, config_of(tmp_path, toml=toml).bootstrap) == ("lab3", ("10.0.0.8:3",))
+    monkeypatch.setenv("SWARM_PEER_SWARM", "lab2")
+    monkeypatch.setenv("SWARM_PEER_BOOTSTRAP", "10.0.0.6:1,10.0.0.7:2")
+    config = config_of(tmp_path, toml=toml)
+    assert config.swarm == "lab2" and config.bootstrap == ("10.0.0.6:1", "10.0.0.7:2")  # env over config.toml
+    assert config_of(tmp_path, "--swarm", "lab1", toml=toml).swarm == "lab1"  # flag over env
+
+
+@pytest.mark.parametrize("argv, env, words", [
+    (["--swarm", "My Lab"], {}, "swarm name 'My Lab': use 1 to 64 lowercase letters"),
+    ([], {"SWARM_PEER_SWARM": "-x"}, "swarm name '-x'"),
+    (["--bootstrap", "nonsense"], {}, "bootstrap address 'nonsense': address 'nonsense' is not HOST:PORT"),
+    (["--bootstrap", "10.0.0.1:0"], {}, "bootstrap address '10.0.0.1:0': port 0 cannot be dialed"),
+    ([], {"SWARM_PEER_BOOTSTRAP": "a b:5"}, "'a b' is neither an IP address nor a host name"),
+    (["--peer", "10.0.0.1:99999"], {}, "peer address '10.0.0.1:99999': port 99999 out of range"),
+])
+def test_a_bad_swarm_name_or_address_is_one_line_and_exit_2(argv, env, words, stub_model, tmp_path, capsys,
+                                                             monkeypatch):
+    monkeypatch.setenv("SWARM_PEER_ENABLED", "true")
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    run_dir = tmp_path / "run"
+    code = main(["run", "--no-ui", "--backend", "fake", "--model", str(stub_model), "--run-dir", str(run_dir),
+                 "--rounds", "1", "--no-mdns", "--listen", "127.0.0.1:0", *argv])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and words in err[0], err
+    assert "Traceback" not in err[0] and not (run_dir / "metrics.jsonl").exists()
+
+
+def stats(reachable, neighbours=2) -> NodeStats:
+    return NodeStats("n" * 32, "127.0.0.1:1", True, 0, neighbours, 0, 0, 0, 0, 0, 0, 0, {}, 0, (), swarm="easy",
+                     reachable=reachable, public_port=47470, witnesses=1, witnesses_needed=3, upnp="missing")
+
+
+def test_the_tracker_says_when_dial_back_reaches_or_changes_its_verdict():
+    tracker = PeerTracker()
+    first = tracker.update(stats(None))
+    assert [type(e) for e in first] == [PeersUpdated]
+    assert (first[0].swarm, first[0].reachable, first[0].port, first[0].witnesses) == ("easy", None, 47470, 1)
+    assert tracker.update(stats(False))[1:] == [ReachabilityChanged(False, 47470, 2, "easy", "missing")]
+    assert tracker.update(stats(False))[1:] == []  # told once
+    assert tracker.update(dataclasses.replace(stats(True), outbound=3))[1:] == [
+        ReachabilityChanged(True, 47470, 3, "easy", "missing")]
