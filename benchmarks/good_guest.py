@@ -13,7 +13,7 @@ trains at `[resources] level = light`. Target: at least 80% of its speed alone.
 Results: benchmarks/results/good_guest.json (rewritten after each measurement: a kill keeps what was done),
 with the load average beside every figure. Run it on an otherwise quiet machine:
 
-    python -m benchmarks.good_guest [--rounds 20] [--engines torch,llama_cpp]
+    python -m benchmarks.good_guest [--rounds 20] [--engines torch,llama_cpp] [--max-run-s 300] [--resume]
 """
 
 from __future__ import annotations
@@ -52,26 +52,37 @@ def stop(procs: list[subprocess.Popen]) -> None:
         p.wait()
 
 
-def run_rounds(work: Path, rounds: int, engine: str, threads: int | None, extra_env: dict | None = None) -> dict:
-    """One fresh `swarm run` of `rounds` rounds; its median round time after the first, and the threads it
-    ended on (from the run's own start line when adaptive)."""
+def run_rounds(work: Path, rounds: int, engine: str, threads: int | None, max_s: float) -> dict:
+    """One fresh `swarm run` of `rounds` rounds: its median round time after the first (a warm-up), and the
+    thread count of each round. A run still going after `max_s` (two threads behind a busy loop can take
+    minutes a round) is stopped and judged on the rounds it finished; with none past the warm-up, the
+    warm-up round stands, and with none at all, `max_s` is a lower bound."""
     run_dir = work / f"run-{time.monotonic_ns()}"
     cmd = [sys.executable, "-m", "swarm_app", "run", "--no-ui", "--offline", "--fresh", "--rounds", str(rounds),
            "--run-dir", str(run_dir), "--backend", engine, "--seed", str(SEED)]
     if threads:
         cmd += ["--threads", str(threads)]
-    env = {**os.environ, "SWARM_HOME": str(work / "home"), **(extra_env or {})}
+    env = {**os.environ, "SWARM_HOME": str(work / "home")}
     before = load_average()
     started = time.monotonic()
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
-    if proc.returncode != 0:
-        return {"error": proc.stderr.strip().splitlines()[-1:] or ["exit %d" % proc.returncode]}
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    times = [r["round_s"] for r in rows if "type" not in r][1:]
-    return {"median_round_s": round(statistics.median(times), 3), "mean_round_s": round(statistics.fmean(times), 3),
-            "wall_s": round(time.monotonic() - started, 1), "load_before": before, "load_after": load_average(),
-            "threads_used": sorted({r.get("threads") for r in rows if r.get("threads")}),
-            "threads_by_round": [r.get("threads") for r in rows if "type" not in r]}
+    cut_short = False
+    try:
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=max_s)
+        if proc.returncode != 0:
+            return {"error": proc.stderr.strip().splitlines()[-1:] or ["exit %d" % proc.returncode]}
+    except subprocess.TimeoutExpired:
+        cut_short = True
+    metrics = run_dir / "metrics.jsonl"
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.exists() else []
+    rows = [r for r in rows if "type" not in r]
+    times = [r["round_s"] for r in rows][1:] or [r["round_s"] for r in rows] or [max_s]
+    result = {"median_round_s": round(statistics.median(times), 3), "mean_round_s": round(statistics.fmean(times), 3),
+              "rounds_done": len(rows), "wall_s": round(time.monotonic() - started, 1), "load_before": before,
+              "load_after": load_average(), "threads_used": sorted({r.get("threads") for r in rows if r.get("threads")}),
+              "threads_by_round": [r.get("threads") for r in rows]}
+    if cut_short:
+        result["cut_short_after_s"] = max_s
+    return result
 
 
 def pace(args, work: Path, result: dict) -> None:
@@ -83,8 +94,9 @@ def pace(args, work: Path, result: dict) -> None:
                 cell = result.setdefault("pace", {}).setdefault(engine, {}).setdefault(str(load), {})
                 modes = [("default", None), ("threads_1", 1), ("threads_2", 2)]
                 for mode, threads in modes[load:] + modes[:load]:  # each mode first at one load: no drift bias
-                    cell[mode] = run_rounds(work, args.rounds, engine, threads)
-                    write(result)
+                    if "median_round_s" not in cell.get(mode, {}):  # --resume keeps what was measured
+                        cell[mode] = run_rounds(work, args.rounds, engine, threads, args.max_run_s)
+                        write(result)
                 ok = all("median_round_s" in cell[m] for m in ("default", "threads_1", "threads_2"))
                 if ok:
                     default, one = cell["default"]["median_round_s"], cell["threads_1"]["median_round_s"]
@@ -131,12 +143,16 @@ def main() -> int:
     parser.add_argument("--engines", default="torch,llama_cpp")
     parser.add_argument("--skip-pace", action="store_true")
     parser.add_argument("--skip-owner", action="store_true")
+    parser.add_argument("--max-run-s", type=float, default=300.0, help="stop one run after this long")
+    parser.add_argument("--resume", action="store_true", help="keep the measurements already in the results file")
     args = parser.parse_args()
     args.engines = [e for e in args.engines.split(",") if e]
     # a kill runs the `finally`s that stop the busy loops: a stray one would load every later measurement
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     result = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "rounds": args.rounds, "cores": os.cpu_count(),
               "load_at_start": load_average()}
+    if args.resume and OUT.exists():
+        result = json.loads(OUT.read_text())
     with tempfile.TemporaryDirectory(prefix="swarm-guest-") as tmp:
         if not args.skip_pace:
             pace(args, Path(tmp), result)
