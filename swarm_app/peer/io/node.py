@@ -129,7 +129,7 @@ class PeerNode:
         """Hellos refused either way, by reason ("swarm 'x' != 'easy'", an older swarm-app)."""
         verdict = (lambda status: None) if config.local_only else self.core.set_reachable
         self.dialback = DialBack(identity, config.reachability, config.dialback, random.Random(self.rng.random()),
-                                 clock, verdict, self.core.verify_address)
+                                 clock, verdict, self._dialed_back)
         for addr in config.bootstrap:
             self.core.add_address(addr, "bootstrap")
 
@@ -297,6 +297,11 @@ class PeerNode:
         bound = parse_address(self.address or "")[1]
         self.mapping = await upnp.map_port(bound, self.config.upnp_gateway)
         self.upnp_state = "mapped" if self.mapping else ("none" if upnp.installed() else "missing")
+
+    def _dialed_back(self, addr: str, node_id: str) -> None:
+        """A dial-back this node made for `node_id` reached it at `addr`: the core may now list, dial and save
+        that address (only verified addresses spread)."""
+        self.core.verify_address(addr, node_id)
 
     def _dialback_helpers(self) -> list[str]:
         """Peers that accept connections: those this node dialed, addresses that worked before, and those it
