@@ -19,7 +19,37 @@ from swarm_app.peer.core.admission import AdmissionLimits
 @dataclass(frozen=True)
 class ProtocolConfig:
     target_outbound: int = 8
-    """Outbound websockets to keep open."""
+    """Outbound websockets to keep open (dialed one at a time while at least `low_outbound` are open)."""
+    low_outbound: int = 6
+    """Below this many outbound links, every missing one is dialed at once."""
+    high_outbound: int = 12
+    """Outbound links plus dials in flight never exceed this."""
+    min_outbound: int = 2
+    """When dials keep meeting full nodes (too few reachable peers for everyone's target), a node wants
+    fewer outbound links, never fewer than this, and tries for one more every rotation interval."""
+    busy_streak: int = 4
+    """Full answers in a row (503, bye busy; bootstrap addresses aside) that cost one wanted link."""
+    protected_outbound: int = 4
+    """Outbound neighbours with the best earned score (recent first deliveries) that rotation never
+    replaces: announcements alone cannot take these places (overlay.py)."""
+    useless_after_answers: int = 2
+    """An outbound neighbour that answered this many pulls without one rollout admitted here, while others
+    delivered, is replaced at once (an honest peer answers with authors the asker has not heard from)."""
+    useless_hold_s: float = 600.0
+    """... and its address is not dialed again for this long."""
+    score_half_life_s: float = 300.0
+    """A neighbour's first deliveries count half after this long."""
+    unverified_dial_rate: float = 0.1
+    """Dials per second to addresses this node never reached itself (heard of from peers), sustained;
+    a dial that meets a node (a hello, or a full node's 503) gives its token back."""
+    unverified_dial_burst: float = 10.0
+    """... and at once: enough to join (a bootstrap's list), too few to be spent on a poisoned list."""
+    exchange_take: int = 16
+    """New addresses taken from one peer list at most (a random sample of what it offers)."""
+    prune_backoff_s: float = 60.0
+    """A full node (503 or bye busy) is not dialed again before this (GossipSub's prune backoff)."""
+    pull_fresh_s: float = 120.0
+    """Pull answers hold rollouts no older than this: what is relayed stays recent."""
     push_fanout: int = 2
     """Neighbours each own rollout is pushed to."""
     pull_interval_s: float = 10.0

@@ -181,10 +181,11 @@ class RolloutPool:
         return chosen
 
     def for_pull(self, have: dict[str, int], limit: int, now_ms: int, requester: str,
-                 rng: random.Random) -> list[SignedRollout]:
+                 rng: random.Random, max_age_ms: int | None = None) -> list[SignedRollout]:
         """A pull answer: the newest fresh rollout of each author newer than what the requester has,
-        one per author, authors it has not heard from first, then those heard from longest ago."""
-        cutoff = now_ms - self.max_age_ms
+        one per author, authors it has not heard from first, then those heard from longest ago.
+        `max_age_ms`: only rollouts this recent (default: the pool's freshness window)."""
+        cutoff = now_ms - (self.max_age_ms if max_age_ms is None else max_age_ms)
         newest: dict[str, PoolEntry] = {}
         with self._lock:
             for entry in self._entries.values():

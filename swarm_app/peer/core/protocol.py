@@ -28,6 +28,7 @@ from swarm_app.peer.core.admission import Accepted, Admission
 from swarm_app.peer.core.identity import Identity
 from swarm_app.peer.core.limits import ProtocolConfig
 from swarm_app.peer.core.messages import MAX_HAVE, Bye, MessageError, Pull, Push, Sample, decode_frame, fit_items
+from swarm_app.peer.core.overlay import DecayingCount, pick_dial, rotation_victim, useless
 from swarm_app.peer.core.pool import PoolEntry
 from swarm_app.peer.core.ratelimit import TokenBucket
 from swarm_app.peer.core.scores import PeerBook, PeerRecord
@@ -37,7 +38,9 @@ from swarm_app.peer.core.wire import WireError, item_from_json, parse_body, sign
 log = logging.getLogger(__name__)
 
 MAX_EXCHANGE = 64
-"""Addresses taken from one peer list."""
+"""Entries looked at in one peer list."""
+PEER_LIST_MAX = 32
+"""Entries in this node's own peer list."""
 LATE_PULLS = 16
 """Timed-out pull ids remembered per connection (one pull per 10 s: minutes of a slow peer)."""
 
@@ -60,6 +63,12 @@ class Connection:
     """Pull request id -> deadline."""
     timed_out: deque[int] = field(default_factory=lambda: deque(maxlen=LATE_PULLS))
     """Ids of pulls that timed out: an answer to one is late, not unsolicited."""
+    delivered: DecayingCount = field(default_factory=lambda: DecayingCount(300.0, 0.0))
+    """Rollouts this node admitted first from this peer, decaying: its earned score (overlay.py)."""
+    bye: str = ""
+    """The reason the peer gave when it said bye."""
+    answers: int = 0
+    """Answers to this node's pulls it sent."""
 
 
 RELAYED_REASONS = frozenset({"author_rate", "no_signal", "new_author"})
@@ -89,6 +98,10 @@ class NodeCore:
         self._pull_id = 0
         self._next_pull = self._next_exchange = self._next_rotate = self._next_expire = self._next_standing = 0.0
         self._own_push = TokenBucket(config.own_push_rate, config.own_push_burst, 0.0)
+        self._unverified = TokenBucket(config.unverified_dial_rate, config.unverified_dial_burst, 0.0)
+        self.target_outbound = config.target_outbound
+        """Outbound links wanted now: `config.target_outbound`, less while the nodes it dials are full."""
+        self._busy_streak = 0
         self.reachable: bool | None = None
         """Whether peers can dial this node from outside, as dial-back found (None: not known yet)."""
 
@@ -101,13 +114,14 @@ class NodeCore:
     def tick(self, now: float) -> list[Action]:
         actions: list[Action] = []
         self._expire_pending(now)
+        actions += self._drop_useless(now)
         actions += self._dials(now)
         if now >= self._next_pull:
             self._next_pull = now + self.config.pull_interval_s * self.rng.uniform(0.9, 1.1)
             actions += self._pull(now)
-        if now >= self._next_exchange and self._outbound_addrs():
+        if now >= self._next_exchange and (listers := self._verified_neighbours()):
             self._next_exchange = now + self.config.exchange_interval_s
-            actions.append(FetchPeers(self.rng.choice(self._outbound_addrs())))
+            actions.append(FetchPeers(self.rng.choice(listers)))
         if now >= self._next_rotate:
             self._next_rotate = now + self.config.rotate_interval_s
             actions += self._rotate(now)
@@ -132,14 +146,42 @@ class NodeCore:
         self.pool.set_standing(weights, homes)
 
     def _dials(self, now: float) -> list[Action]:
-        outbound = sum(c.direction == "out" for c in self.conns.values()) + len(self.dialing)
-        need = self.config.target_outbound - outbound
+        """Dial towards `target_outbound`: every missing link at once below `low_outbound`, one at a time
+        above it, never past `high_outbound` counting dials in flight (overlay.pick_dial chooses)."""
+        config, open_out, target = self.config, len(self._outbound()), self.target_outbound
+        if open_out < min(config.low_outbound, target):
+            need = target - open_out - len(self.dialing)
+        else:
+            need = 0 if self.dialing else min(1, target - open_out)
+        need = min(need, config.high_outbound - open_out - len(self.dialing))
         if need <= 0:
             return []
         candidates = self.addresses.candidates(now, lambda node: self._not_dialable(node, now), self.dialing)
-        chosen = self.rng.sample(candidates, min(need, len(candidates)))
-        self.dialing.update(chosen)
-        return [Dial(addr) for addr in chosen]
+        held = self._held_networks()
+        dials: list[Action] = []
+        while len(dials) < need:
+            state = pick_dial(candidates, held, self.rng, self._unverified_dials_left(now))
+            if state is None:
+                break
+            if not state.verified and state.source not in ("bootstrap", "mdns"):
+                self._unverified.take(now)
+            candidates = [s for s in candidates if s is not state]
+            held.add(state.network)
+            self.dialing.add(state.addr)
+            dials.append(Dial(state.addr))
+        return dials
+
+    def _unverified_dials_left(self, now: float) -> bool:
+        self._unverified.take(now, 0.0)  # refills the bucket to `now`, spends nothing
+        return self._unverified.tokens >= 1
+
+    def _held_networks(self) -> set[str]:
+        """Networks of the outbound neighbours and of the dials in flight."""
+        held = {self.addresses.get(addr).network for addr in self.dialing if self.addresses.get(addr)}
+        return held | {prefix_of(c.ip) for c in self._outbound()}
+
+    def _outbound(self) -> list[Connection]:
+        return [c for c in self.conns.values() if c.direction == "out"]
 
     def _pull(self, now: float) -> list[Action]:
         cutoff = int(now * 1000) - self.pool.max_age_ms
@@ -156,13 +198,33 @@ class NodeCore:
             return [HttpPull(self.rng.choice(http_only), have, self.config.pull_max)]
         return []
 
+    def _drop_useless(self, now: float) -> list[Action]:
+        """Replace at once the outbound neighbours that answered pulls with nothing this node admitted while
+        others delivered (GossipSub's delivery deficit): announcing itself earns a place, keeping it
+        takes rollouts. Their addresses wait `useless_hold_s` before a new try."""
+        dropped = useless(self._outbound(), self.config.useless_after_answers)
+        for c in dropped:
+            if c.addr:
+                self.addresses.hold(c.addr, now + self.config.useless_hold_s)
+            self._forget(c)
+        self.counters["useless_dropped"] += len(dropped)
+        return [Close(c.conn, "rotate") for c in dropped]
+
     def _rotate(self, now: float) -> list[Action]:
-        outbound = [c for c in self.conns.values() if c.direction == "out"]
-        if len(outbound) < self.config.target_outbound:
+        """Replace one outbound neighbour, never one of the `protected_outbound` best-scored ones; or, while
+        settled for fewer links than the configured target, try for one more instead."""
+        outbound = self._outbound()
+        if len(outbound) < self.target_outbound:
+            return []
+        if self.target_outbound < self.config.target_outbound:
+            self.target_outbound += 1
             return []
         if not self.addresses.candidates(now, lambda node: self._not_dialable(node, now), self.dialing):
             return []
-        victim = self.rng.choice(outbound)
+        victim = rotation_victim(outbound, now, self.config.protected_outbound, self.config.rotate_interval_s / 2,
+                                 self.rng)
+        if victim is None:
+            return []
         if victim.addr:
             self.addresses.hold(victim.addr, now + self.config.rotate_interval_s)
         return [Close(victim.conn, "rotate")]
@@ -178,8 +240,15 @@ class NodeCore:
                     conn.timed_out.append(req)
                     self.counters["pull_timeouts"] += 1
 
-    def _outbound_addrs(self) -> list[str]:
-        return [c.addr for c in self.conns.values() if c.direction == "out" and c.addr]
+    def _verified_neighbours(self) -> list[str]:
+        """Addresses of the neighbours whose peer lists can be fetched: the outbound ones, and inbound
+        ones whose address was verified (a node many dial, such as a bootstrap, learns from those)."""
+        listers = []
+        for c in self.conns.values():
+            state = self.addresses.get(c.addr) if c.addr else None
+            if c.addr and (c.direction == "out" or (state is not None and state.verified)):
+                listers.append(c.addr)
+        return listers
 
     # --- connections
 
@@ -225,17 +294,48 @@ class NodeCore:
                 del table[key]
 
     def on_dial_failed(self, addr: str, now: float, http_only: bool = False, busy: bool = False) -> list[Action]:
-        """Back off from `addr`. A busy node (connection caps reached) is still asked for its peer list."""
+        """Back off from `addr`. A busy node (connection caps reached) is not a failure: it is left alone
+        for the prune backoff and asked for its peer list instead (GossipSub's prune with peer exchange)."""
         self.dialing.discard(addr)
+        if busy:
+            self._refund_unverified(addr)
+            self._prune_backoff(addr, now)
+            self._note_busy(addr)
+            return [FetchPeers(addr)]
         delay = self.addresses.failed(addr, now, http_only)
         log.debug("dial %s failed; next try in %.1f s", addr, delay)
-        return [FetchPeers(addr)] if busy else []
+        return []
+
+    def _refund_unverified(self, addr: str) -> None:
+        """A dial to a never-reached address that met a node (connected, or busy) gives its token back:
+        the budget is for addresses that turn out dead or invented."""
+        state = self.addresses.get(addr)
+        if state is not None and not state.verified and state.source not in ("bootstrap", "mdns"):
+            self._unverified.tokens = min(self._unverified.burst, self._unverified.tokens + 1)
+
+    def _note_busy(self, addr: str) -> None:
+        """After `busy_streak` full answers in a row, want one outbound link fewer (never fewer than
+        `min_outbound`; one more is tried every rotation interval): when reachable nodes are too few for
+        every node's target, the links are shared out instead of held by whoever came first. Bootstraps
+        are expected to be full: not counted."""
+        state = self.addresses.get(addr)
+        if state is not None and state.source == "bootstrap":
+            return
+        self._busy_streak += 1
+        if self._busy_streak >= self.config.busy_streak:
+            self._busy_streak = 0
+            self.target_outbound = max(self.config.min_outbound, self.target_outbound - 1)
+
+    def _prune_backoff(self, addr: str, now: float) -> None:
+        self.addresses.hold(addr, now + self.config.prune_backoff_s * self.rng.uniform(1.0, 1.2))
 
     def on_connected(self, conn: int, peer: str, direction: str, dialed: str | None, ip: str,
                      listen: str | None, now: float) -> tuple[str | None, list[Action]]:
         """Register a connection whose handshake succeeded. Returns (refusal reason or None, actions)."""
         if dialed is not None:
             self.dialing.discard(dialed)
+            self._refund_unverified(dialed)
+            self._busy_streak = 0
         if peer == self.node_id:
             if dialed:
                 self.addresses.mark_own(dialed)
@@ -260,10 +360,11 @@ class NodeCore:
         elif addr:
             self.addresses.add(addr, "inbound", peer)
         self.conns[conn] = Connection(conn, peer, direction, addr, now,
-                                      TokenBucket(self.config.conn_rate, self.config.conn_burst, now), ip)
+                                      TokenBucket(self.config.conn_rate, self.config.conn_burst, now), ip,
+                                      delivered=DecayingCount(self.config.score_half_life_s, now))
         self.by_peer[peer] = conn
         self.peers.get(peer, now).address = addr
-        if direction == "out" and len(self._outbound_addrs()) == 1:
+        if direction == "out" and len(self._outbound()) == 1:
             self._next_exchange = now  # first way into the swarm: ask it who else is there
         return None, actions
 
@@ -273,7 +374,9 @@ class NodeCore:
             return
         self._forget(record)
         if record.direction == "out" and record.addr:
-            if now - record.opened < 5.0:
+            if record.bye == "busy":
+                self._prune_backoff(record.addr, now)
+            elif now - record.opened < 5.0:
                 self.addresses.failed(record.addr, now)  # dropped at once: do not hammer it
             else:
                 self.addresses.hold(record.addr, now + self.addresses.backoff_base_s * self.rng.uniform(1, 2))
@@ -320,8 +423,10 @@ class NodeCore:
                     return self._penalize(c, "bad_message", now)
                 c.timed_out.remove(msg.re)  # a busy peer answering after pull_timeout_s: taken, not punished
                 self.counters["late_samples"] += 1
+            c.answers += 1
             return self._receive(c, msg.items, False, now)
         if isinstance(msg, Bye):
+            c.bye = msg.reason
             return [Close(conn, "")]
         return self._penalize(c, "bad_message", now)  # a hello or proof after the handshake
 
@@ -339,7 +444,8 @@ class NodeCore:
 
     def _answer_pull(self, c: Connection, pull: Pull, now: float) -> Send:
         self.counters["pulls_served"] += 1
-        signed = self.pool.for_pull(pull.have, min(pull.max, self.config.pull_max), int(now * 1000), c.peer, self.rng)
+        signed = self.pool.for_pull(pull.have, min(pull.max, self.config.pull_max), int(now * 1000), c.peer, self.rng,
+                                    int(self.config.pull_fresh_s * 1000))
         return Send(c.conn, {"t": "sample", "re": pull.id, "items": fit_items([s.to_item() for s in signed])})
 
     def _receive(self, c: Connection, items: list[Any], pushed: bool, now: float) -> list[Action]:
@@ -355,6 +461,9 @@ class NodeCore:
             else:
                 if isinstance(verdict, Accepted):
                     c.last_useful = now
+                    c.delivered.add(1.0, now)
+                    if c.direction == "out" and c.addr:
+                        self.addresses.note_useful(c.addr)
                     self._note_accepted(sender, verdict.entry, now)
                     actions.append(Admitted(verdict.entry, pushed))
                 else:
@@ -425,17 +534,18 @@ class NodeCore:
     # --- discovery
 
     def on_peer_list(self, entries: Any) -> int:
-        """Addresses from a peer's GET /peers answer; returns how many were new."""
-        added = 0
+        """Addresses from a peer's GET /peers answer; returns how many were new. Only entries the peer
+        verified (dialed itself), and at most `exchange_take` new ones from one answer, chosen at random:
+        a poisoned list adds a few addresses to the book, not a book's worth."""
+        offered = []
         for entry in (entries if isinstance(entries, list) else [])[:MAX_EXCHANGE]:
             if not isinstance(entry, dict) or not isinstance(entry.get("addr"), str) or len(entry["addr"]) > 300:
                 continue
             node = entry.get("node") if isinstance(entry.get("node"), str) and len(entry["node"]) <= 64 else None
-            if node == self.node_id:
-                continue
-            fresh = entry["addr"] not in self.addresses
-            added += fresh and self.addresses.add(entry["addr"], "exchange", node) is not None
-        return added
+            if node != self.node_id and entry.get("verified") is True and entry["addr"] not in self.addresses:
+                offered.append((entry["addr"], node))
+        taken = self.rng.sample(offered, min(len(offered), self.config.exchange_take))
+        return sum(self.addresses.add(addr, "exchange", node) is not None for addr, node in taken)
 
     # --- what the I/O shell reports, asks for and changes: it calls these and never writes core state
 
@@ -458,7 +568,8 @@ class NodeCore:
         """The answer to GET /sample (the HTTP fallback pull): as a websocket pull is answered, for an
         anonymous requester, at most `pull_max` items."""
         self.counters["http_samples_served"] += 1
-        signed = self.pool.for_pull(have, max(1, min(limit, self.config.pull_max)), int(now * 1000), "", self.rng)
+        signed = self.pool.for_pull(have, max(1, min(limit, self.config.pull_max)), int(now * 1000), "", self.rng,
+                                    int(self.config.pull_fresh_s * 1000))
         return fit_items([s.to_item() for s in signed])
 
     def set_reachable(self, reachable: bool | None) -> None:
@@ -478,18 +589,24 @@ class NodeCore:
         """One of this node's own addresses: never dialled, never listed."""
         self.addresses.mark_own(addr)
 
+    def verify_address(self, addr: str, node_id: str | None = None) -> None:
+        """Dial-back reached `addr` (the shell checked it): it may be advertised, dialed and saved."""
+        if node_id != self.node_id:
+            self.addresses.verify(addr, node_id)
+
     def load_peer_table(self, data: Any) -> int:
         """Addresses saved by an earlier run (the peer table's JSON); returns how many were taken."""
         return self.addresses.load_json(data)
 
-    def peer_list(self, limit: int = MAX_EXCHANGE) -> list[dict[str, Any]]:
-        """This node's answer to GET /peers: neighbours first, then addresses that worked."""
-        listed = [{"node": c.peer, "addr": c.addr, "verified": c.direction == "out"}
-                  for c in self.conns.values() if c.addr]
+    def peer_list(self, limit: int = PEER_LIST_MAX) -> list[dict[str, Any]]:
+        """This node's answer to GET /peers: verified addresses only (outbound neighbours, then a random
+        sample of the addresses this node reached or dial-back confirmed, so newcomers get listed too);
+        never an address an inbound peer merely announced, so nothing spreads that nobody could dial."""
+        listed = [{"node": c.peer, "addr": c.addr, "verified": True} for c in self._outbound() if c.addr][:limit]
         seen = {e["addr"] for e in listed}
-        listed += [{"node": s.node_id, "addr": s.addr, "verified": True} for s in self.addresses.entries()
-                   if s.last_ok > 0 and s.addr not in seen]
-        return listed[:limit]
+        others = [s for s in self.addresses.advertised() if s.addr not in seen]
+        picked = self.rng.sample(others, min(len(others), limit - len(listed)))
+        return listed + [{"node": s.node_id, "addr": s.addr, "verified": True} for s in picked]
 
 
 def _host_of(addr: str) -> str:

@@ -190,11 +190,12 @@ def test_address_book_parsing_trimming_and_table_round_trip():
     book = AddressBook(random.Random(0), capacity=5)
     book.add("10.0.0.1:1", "bootstrap")
     for k in range(10):
-        book.add(f"10.0.1.{k}:1", "exchange")
+        book.add(f"10.0.{k + 1}.1:1", "exchange")  # ten networks: at most 4 entries of one are kept
     assert len(book) == 5 and "10.0.0.1:1" in book
-    book.succeeded("10.0.1.9:1", "nodeid", 5.0)
+    book.succeeded("10.0.10.1:1", "nodeid", 5.0)
+    book.note_useful("10.0.10.1:1")  # the peer table keeps only peers that delivered something
     other = AddressBook(random.Random(0))
-    assert other.load_json(book.to_json()) == 1 and other.get("10.0.1.9:1").node_id == "nodeid"
+    assert other.load_json(book.to_json()) == 1 and other.get("10.0.10.1:1").node_id == "nodeid"
     assert other.load_json("garbage") == 0 and other.load_json([{"addr": 5}, None]) == 0
 
 

@@ -14,7 +14,7 @@ from swarm_app.peer.core.identity import Identity
 from swarm_app.peer.core.wire import item_from_json, parse_body
 from swarm_app.peer.io.local_nodes import local_swarm, wait_until_meshed
 from swarm_app.peer.io.node import PeerNode
-from tests.peer.helpers import fast_config, make_rollouts, with_bootstrap
+from tests.peer.helpers import fast_config, make_rollout, make_rollouts, with_bootstrap
 
 
 async def wait_for(predicate, timeout_s: float, step: float = 0.05) -> bool:
@@ -70,8 +70,13 @@ async def test_endpoints_info_peers_sample_metrics():
             async with http.get(f"{base}/info") as resp:
                 info = await resp.json()
             assert info["node"] == a.node_id and info["protocol"] == "RSP/1" and info["listen"] == a.address
-            async with http.get(f"{base}/peers") as resp:
-                peers = (await resp.json())["peers"]
+            peers: list = []
+            for _ in range(50):  # b is listed once a has dialed it back (only verified addresses are listed)
+                async with http.get(f"{base}/peers") as resp:
+                    peers = (await resp.json())["peers"]
+                if peers:
+                    break
+                await asyncio.sleep(0.2)
             assert [p["node"] for p in peers] == [b.node_id]
             async with http.get(f"{base}/sample", params={"max": "2"}) as resp:
                 items = (await resp.json())["items"]
@@ -121,6 +126,8 @@ async def test_peer_table_is_saved_and_used_on_the_next_start(tmp_path):
         first = PeerNode(with_bootstrap(fast_config(), hub.address), Identity.generate(), peer_table_path=table)
         await first.start()
         assert await wait_for(lambda: first.stats().neighbours == 1, timeout_s=10)
+        hub.publish(make_rollout(seed=41))  # the table keeps only peers that proved useful: delivered something
+        assert await wait_for(lambda: first.stats().accepted == 1, timeout_s=10)
         await first.stop()
         saved = json.loads(table.read_text())
         assert [p["addr"] for p in saved["peers"]] == [hub.address]
