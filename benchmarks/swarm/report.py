@@ -1,0 +1,124 @@
+"""The figures of one run, as one JSON-ready dictionary (definitions in measure.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from typing import TYPE_CHECKING, Any
+
+from benchmarks.swarm.measure import FRESH_S, live_through, quantile
+from benchmarks.swarm.network import START
+
+if TYPE_CHECKING:
+    from benchmarks.swarm.scenario import Run
+
+
+def figures(run: "Run") -> dict[str, Any]:
+    out: dict[str, Any] = {"scenario": dataclasses.asdict(run.s)}
+    out.update(coverage_figures(run))
+    out.update(cost_figures(run))
+    out.update(link_figures(run))
+    out.update(hostile_figures(run))
+    if run.s.partition_minutes:
+        out.update(partition_figures(run))
+    return out
+
+
+def _round(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def coverage_figures(run: "Run") -> dict[str, Any]:
+    rec, window, nodes = run.recorder, run.main, run.net.nodes
+    honest = [n for n in nodes if n.role == "honest"]
+    authors = rec.authors(honest, window.start, window.end - FRESH_S)
+    receivers = live_through(nodes, window.start, window.end)
+    shares = rec.coverage(window, receivers, authors)
+    leaves = rec.coverage(window, [n for n in receivers if not n.reachable], authors)
+    ages = list(rec.ages)
+    return {
+        "window_min": [_round((window.start - START) / 60, 2), _round((window.end - START) / 60, 2)],
+        "authors": len(authors), "receivers": len(shares),
+        "coverage_median": _round(statistics.median(shares) if shares else None),
+        "coverage_p10": _round(quantile(shares, 0.10)),
+        "coverage_min": _round(min(shares, default=None)),
+        "leaf_coverage_median": _round(statistics.median(leaves) if leaves else None),
+        "age_p50_s": _round(quantile(ages, 0.50), 1), "age_p99_s": _round(quantile(ages, 0.99), 1),
+        "age_max_s": _round(max(ages, default=None), 1), "admitted": len(ages),
+    }
+
+
+def cost_figures(run: "Run") -> dict[str, Any]:
+    rec, window = run.recorder, run.main
+    receivers = live_through(run.net.nodes, window.start, window.end)
+    leaves = [n for n in receivers if not n.reachable]
+    hubs = [n for n in receivers if n.reachable]
+
+    def rates(table, group):
+        return [rec.per_minute(table, n, window.start, window.end) for n in group]
+
+    leaf_rollouts, hub_rollouts = rates(rec.received, leaves), rates(rec.received, hubs)
+    leaf_bytes, hub_bytes = rates(rec.bytes, leaves), rates(rec.bytes, hubs)
+    peaks = [rec.peak_minute(rec.received, n, window.start, window.end) for n in leaves]
+    return {
+        "leaf_rollouts_per_min_max": _round(max(leaf_rollouts, default=None), 1),
+        "leaf_rollouts_per_min_median": _round(statistics.median(leaf_rollouts) if leaf_rollouts else None, 1),
+        "leaf_rollouts_peak_minute_max": max(peaks, default=None),
+        "reachable_rollouts_per_min_mean": _round(statistics.fmean(hub_rollouts) if hub_rollouts else None, 1),
+        "reachable_rollouts_per_min_max": _round(max(hub_rollouts, default=None), 1),
+        "rollouts_per_min_mean": _round(statistics.fmean(leaf_rollouts + hub_rollouts) if receivers else None, 1),
+        "leaf_bytes_per_min_mean": _round(statistics.fmean(leaf_bytes) if leaf_bytes else None, 0),
+        "hub_bytes_per_min_mean": _round(statistics.fmean(hub_bytes) if hub_bytes else None, 0),
+        "hub_bytes_per_min_max": _round(max(hub_bytes, default=None), 0),
+    }
+
+
+def link_figures(run: "Run") -> dict[str, Any]:
+    rec, nodes = run.recorder, run.net.nodes
+    honest = [n for n in nodes if n.role == "honest"]
+    longest = [rec.longest_low[n.index] for n in honest]
+    hubs = [n for n in honest if n.reachable]
+    return {
+        "below_6_outbound_longest_s": _round(max(longest, default=None), 1),
+        "below_6_outbound_p99_s": _round(quantile(longest, 0.99), 1),
+        "nodes_below_6_over_30s": sum(t > 30 for t in longest),
+        "below_6_outbound_after_3min_longest_s": _round(max((rec.longest_low_warm[n.index] for n in honest), default=None), 1),
+        "nodes_below_6_over_30s_after_3min": sum(rec.longest_low_warm[n.index] > 30 for n in honest),
+        "dials_to_unreachable_per_node_min": _round(rec.dials_to_unreachable / max(1, len(honest)) / run.s.minutes),
+        "advertised_unreachable": rec.advertised_unreachable,
+        "hub_in_degree_max": max((rec.max_inbound[n.index] for n in hubs), default=0),
+        "in_degree_cap": run.net.config.max_inbound,
+        "outbound_series": [[_round(m, 2), lo, med, hi] for m, lo, med, hi in rec.outbound_series],
+    }
+
+
+def hostile_figures(run: "Run") -> dict[str, Any]:
+    rec = run.recorder
+    figures: dict[str, Any] = {"hostile_accepted": rec.hostile_accepted}
+    if run.hostile is not None:
+        figures.update({"hostile_items_sent": run.hostile.sent,
+                        "hostile_outbound_share_max": _round(rec.hostile_outbound_max),
+                        "hostile_outbound_share_end_max": _round(rec.hostile_outbound_end),
+                        "hostile_saved_share_max": _round(rec.hostile_saved_max)})
+    return figures
+
+
+def partition_figures(run: "Run") -> dict[str, Any]:
+    rec, nodes = run.recorder, run.net.nodes
+    split, heal = (next(w for w in rec.windows if w.name == name) for name in ("partition", "heal"))
+    figures: dict[str, Any] = {}
+    healed, receivers = 0, 0
+    for side in (0, 1):
+        mine = [n for n in nodes if n.side == side]
+        theirs = [n for n in nodes if n.side != side]
+        authors = rec.authors([n for n in mine if n.role == "honest"], split.start, split.end - FRESH_S)
+        shares = rec.coverage(split, [n for n in live_through(mine, split.start, split.end)], authors)
+        figures[f"partition_half{side}_coverage_median"] = _round(statistics.median(shares) if shares else None)
+        figures[f"partition_half{side}_coverage_p10"] = _round(quantile(shares, 0.10))
+        other = rec.authors([n for n in theirs if n.role == "honest"], heal.start, heal.end - 60.0)
+        after = rec.coverage(heal, live_through(mine, heal.start, heal.end), other)
+        healed += sum(s >= 0.8 for s in after)
+        receivers += len(after)
+    figures["heal_share_hearing_80pct_of_other_half_3min"] = _round(healed / receivers if receivers else None)
+    return figures
+
