@@ -1,0 +1,161 @@
+"""The overlay (which peers a node dials, keeps, lists and saves): its parts, and small simulated swarms
+under eclipse and behind NAT (benchmarks/swarm/, the simulator of benchmarks/swarm_sim.py)."""
+
+from __future__ import annotations
+
+import random
+from types import SimpleNamespace
+
+from benchmarks.swarm.scenario import Run, Scenario
+from swarm_app.peer.core.actions import Dial, FetchPeers
+from swarm_app.peer.core.addressbook import AddressBook, AddressState
+from swarm_app.peer.core.overlay import DecayingCount, pick_dial, rotation_victim
+from swarm_app.peer.core.protocol import ProtocolConfig
+from tests.peer.sim import START, Simulation
+
+
+def state(addr: str, network: str, *, verified: bool = True, useful: float = 0.0, source: str = "exchange") -> AddressState:
+    return AddressState(addr, source, network=network, verified=verified, useful=useful)
+
+
+def neighbour(score: float, opened: float = 0.0) -> SimpleNamespace:
+    delivered = DecayingCount(300.0, 100.0)
+    delivered.add(score, 100.0)
+    return SimpleNamespace(opened=opened, delivered=delivered)
+
+
+def test_dials_go_to_networks_not_yet_held_and_half_to_proven_addresses():
+    rng = random.Random(0)
+    held = {"10.0.0.0/24"}
+    book = [state(f"10.0.0.{k}:1", "10.0.0.0/24", useful=9) for k in range(50)] + [state("10.0.1.1:1", "10.0.1.0/24")]
+    assert all(pick_dial(book, held, rng, True).network == "10.0.1.0/24" for _ in range(20))
+    mixed = [state(f"10.0.{k}.1:1", f"10.0.{k}.0/24", useful=1 if k < 2 else 0) for k in range(2, 40)]
+    mixed[0].useful = 5
+    picks = [pick_dial(mixed, set(), rng, True) for _ in range(400)]
+    assert 0.4 < sum(p is mixed[0] for p in picks) / 400 < 0.65  # half of the draws: the one proven address
+    unverified = [state("10.0.9.1:1", "10.0.9.0/24", verified=False)]
+    assert pick_dial(unverified, set(), rng, False) is None and pick_dial(unverified, set(), rng, True) is not None
+    announced = [state("10.0.7.1:1", "10.0.7.0/24", verified=False, source="inbound"), unverified[0]]
+    assert all(pick_dial(announced, set(), rng, True) is unverified[0] for _ in range(20))
+
+
+def test_rotation_never_replaces_the_best_scored_neighbours():
+    rng = random.Random(1)
+    best = [neighbour(50), neighbour(40), neighbour(30), neighbour(20)]
+    rest = [neighbour(0), neighbour(1), neighbour(0), neighbour(2)]
+    for _ in range(50):
+        victim = rotation_victim(best + rest, 200.0, keep=4, min_age_s=30, rng=rng)
+        assert victim in rest and victim.delivered.value(200.0) == 0
+    young = [neighbour(0, opened=190.0)]
+    assert rotation_victim(best + young, 200.0, keep=4, min_age_s=30, rng=rng) is None
+
+
+def test_only_verified_addresses_are_listed_and_only_useful_ones_saved():
+    sim = Simulation(3, ProtocolConfig(), seed=2, dialback_checks=0)
+    hub = sim.nodes[0].core
+    sim.dial(1, sim.nodes[0].addr)  # node 1 announced itself inbound: not verified by the hub
+    assert sim.nodes[1].addr not in {e["addr"] for e in hub.peer_list()}
+    hub.verify_address(sim.nodes[1].addr, sim.nodes[1].core.node_id)  # dial-back reached it
+    assert sim.nodes[1].addr in {e["addr"] for e in hub.peer_list()}
+    book = AddressBook(random.Random(0))
+    for k in range(6):
+        book.add(f"10.0.5.{k}:1", "exchange")
+        book.succeeded(f"10.0.5.{k}:1", f"node{k}", 5.0)
+    book.add("10.0.6.1:1", "exchange")
+    book.succeeded("10.0.6.1:1", "quiet", 5.0)
+    for k in range(4):
+        book.note_useful(f"10.0.5.{k}:1", k + 1)
+    saved = book.to_json()
+    assert [e["addr"] for e in saved] == ["10.0.5.3:1", "10.0.5.2:1"]  # useful only, two per /24, best first
+    restored = AddressBook(random.Random(0))
+    assert restored.load_json(saved) == 2 and restored.get("10.0.5.3:1").verified
+
+
+def test_a_poisoned_peer_list_costs_a_few_dials_and_is_forgotten():
+    sim = Simulation(1, ProtocolConfig(), seed=3)
+    core = sim.nodes[0].core
+    dead = [{"node": None, "addr": f"10.{200 + k // 250}.{k % 250}.1:4747", "verified": True} for k in range(147)]
+    assert core.on_peer_list(dead) == ProtocolConfig().exchange_take
+    assert core.on_peer_list([{"addr": "10.99.0.1:1", "verified": False}]) == 0  # an older node's inbound entry
+    dials, now = 0, START
+    while now < START + 45:
+        now += 0.25
+        for action in core.tick(now):
+            if isinstance(action, Dial):
+                dials += 1
+                core.on_dial_failed(action.addr, now)
+    config = ProtocolConfig()
+    assert dials <= config.unverified_dial_burst + 45 * config.unverified_dial_rate + 1
+    while now < START + 1200:
+        now += 1.0
+        for action in core.tick(now):
+            if isinstance(action, Dial):
+                core.on_dial_failed(action.addr, now)
+    assert len(core.addresses) == 0  # never answered: forgotten after three tries each
+
+
+def test_a_full_node_is_left_alone_for_the_prune_backoff_and_asked_for_peers():
+    sim = Simulation(2, ProtocolConfig(), seed=4)
+    core, addr = sim.nodes[0].core, sim.nodes[1].addr
+    core.add_address(addr, "exchange")
+    assert core.on_dial_failed(addr, START, busy=True) == [FetchPeers(addr)]
+    state = core.addresses.get(addr)
+    assert state.failures == 0 and state.next_attempt >= START + ProtocolConfig().prune_backoff_s
+
+
+def test_a_node_whose_dials_meet_full_nodes_settles_for_the_links_it_has_and_tries_for_more():
+    config = ProtocolConfig()
+    sim = Simulation(4, config, seed=9)
+    core = sim.nodes[0].core
+    sim.dial(0, sim.nodes[1].addr)
+    sim.dial(0, sim.nodes[2].addr)
+    core.add_address("10.9.0.1:4747", "bootstrap")
+    for _ in range(config.busy_streak):
+        core.on_dial_failed("10.9.0.1:4747", sim.now, busy=True)  # a full bootstrap: expected, not counted
+    assert core.target_outbound == config.target_outbound
+    full = [f"10.9.{k + 1}.1:4747" for k in range(10 * config.busy_streak)]
+    for addr in full[:config.busy_streak]:
+        core.on_dial_failed(addr, sim.now, busy=True)
+    assert core.target_outbound == config.target_outbound - 1  # one link fewer per streak of full answers
+    for addr in full[config.busy_streak:]:
+        core.on_dial_failed(addr, sim.now, busy=True)
+    assert core.target_outbound == config.min_outbound == 2
+    assert not [a for a in core.tick(sim.now + 0.5) if isinstance(a, Dial)]
+    core.add_address(sim.nodes[3].addr, "exchange")
+    sim.run(config.rotate_interval_s + 2)  # one rotation interval: it asks for one link more, and gets it
+    assert core.target_outbound >= 3 and sum(c.direction == "out" for c in core.conns.values()) == 3
+
+
+def small(nodes: int, **changes) -> Scenario:
+    return Scenario(nodes, **{"reachable": 0.5, "minutes": 5.0, "bootstraps": 3, "join_s": 10.0, **changes})
+
+
+def test_an_eclipse_by_announcements_leaves_every_honest_node_an_honest_majority():
+    result = Run(small(30, hostile=0.2, hostile_mode="eclipse", seed=5)).run()
+    assert result["hostile_outbound_share_max"] <= 0.5, result
+    assert result["hostile_saved_share_max"] <= 0.5, result
+    assert result["coverage_median"] >= 0.9, result
+
+
+def test_nodes_behind_nat_are_never_listed_and_still_hear_almost_everyone():
+    result = Run(small(30, reachable=0.3, seed=6)).run()
+    assert result["advertised_unreachable"] == 0, result
+    assert result["leaf_coverage_median"] >= 0.9, result
+    assert result["nodes_below_6_over_30s"] == 0, result
+
+
+def test_a_nodes_cost_does_not_grow_from_60_to_120_nodes():
+    """Below ~50 authors a pull answer is not full (fewer fresh authors than 20 a pull), so the cost
+    grows with the swarm until then; past it, it is the fixed budget: pulls of 20, own pushes."""
+    few = Run(small(60, reachable=0.3, minutes=4.0, seed=7)).run()
+    many = Run(small(120, reachable=0.3, minutes=4.0, seed=7)).run()
+    assert many["rollouts_per_min_mean"] <= 1.15 * few["rollouts_per_min_mean"], (few, many)
+    assert many["leaf_rollouts_per_min_max"] <= 300, many
+
+
+def test_decoding_each_rollout_once_changes_no_figure():
+    scenario = small(20, reachable=0.4, minutes=3.0, seed=8)
+    shared, private = Run(scenario).run(), Run(scenario, share_decoding=False).run()
+    for result in (shared, private):
+        del result["cpu_s"]
+    assert shared == private
