@@ -88,10 +88,11 @@ def protected(outbound: Iterable[Neighbour], now: float, keep: int) -> list[Neig
     return earned[:keep]
 
 
-def useless(outbound: Sequence[Neighbour], min_answers: int) -> list[Neighbour]:
+def useless(outbound: Sequence[Neighbour], min_answers: int, others_delivered: bool) -> list[Neighbour]:
     """Neighbours that answered at least `min_answers` pulls and never delivered a rollout admitted here,
-    while another neighbour did (so a quiet swarm, where nobody delivers, drops nobody)."""
-    if not any(c.delivered.count > 0 for c in outbound):
+    while some other connection did (`others_delivered`: in a quiet swarm, where nobody delivers, nobody
+    is dropped; a node whose every outbound neighbour is useless still sees its inbound peers deliver)."""
+    if not others_delivered:
         return []
     return [c for c in outbound if c.answers >= min_answers and c.delivered.count == 0]
 

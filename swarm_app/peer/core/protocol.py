@@ -202,7 +202,8 @@ class NodeCore:
         """Replace at once the outbound neighbours that answered pulls with nothing this node admitted while
         others delivered (GossipSub's delivery deficit): announcing itself earns a place, keeping it
         takes rollouts. Their addresses wait `useless_hold_s` before a new try."""
-        dropped = useless(self._outbound(), self.config.useless_after_answers)
+        delivering = any(c.delivered.count > 0 for c in self.conns.values())
+        dropped = useless(self._outbound(), self.config.useless_after_answers, delivering)
         for c in dropped:
             if c.addr:
                 self.addresses.hold(c.addr, now + self.config.useless_hold_s)
