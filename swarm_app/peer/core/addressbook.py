@@ -148,6 +148,12 @@ class AddressBook:
         if state is not None:
             state.useful += count
 
+    def discredit(self, addr: str) -> None:
+        """The peer at `addr` was banned: whatever it delivered, it is not saved in the peer table."""
+        state = self._book.get(addr)
+        if state is not None:
+            state.useful = 0.0
+
     def advertised(self) -> list[AddressState]:
         """Verified addresses that are not failing: what this node may tell peers."""
         return [s for s in self._book.values() if s.verified and s.failures == 0]

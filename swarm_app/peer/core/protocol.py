@@ -495,6 +495,7 @@ class NodeCore:
                     c.peer[:12], record.banned_until - now, dict(record.rejected))
         if c.addr:
             self.addresses.hold(c.addr, record.banned_until)
+            self.addresses.discredit(c.addr)
         self.counters["bans"] += 1
         return [Close(c.conn, "offender")] if c.conn in self.conns else []
 
