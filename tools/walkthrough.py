@@ -184,7 +184,7 @@ def bad_inputs(walk: Walk, work: Path, run_dir: Path) -> None:
         walk.run(Step("swarm doctor with the listen port taken", ["doctor", "--listen", f"127.0.0.1:{port}"], code=1,
                       one_line=True, expect="check failed: listen"))
     walk.run(Step("swarm doctor with no --peer answering", ["doctor", "--listen", "127.0.0.1:0", "--peer", "127.0.0.1:9"],
-                  code=1, one_line=True, expect="no --peer answers"))
+                  code=1, one_line=True, expect="no bootstrap or --peer address answers"))
 
 
 def two_nodes_one_folder(walk: Walk, work: Path) -> None:
