@@ -62,8 +62,9 @@ def test_a_run_folder_unwritable_mid_run_is_one_line_and_exit_1(stub_model, tmp_
         while not ((run_dir / "checkpoints" / "latest.json").exists() and (run_dir / "watch.json").exists()):
             assert time.monotonic() < deadline and proc.poll() is None, "no checkpoint was written"
             time.sleep(0.1)
-        # The next checkpoint cannot be written, and on the way out neither can watch.json be removed.
-        with read_only(run_dir / "checkpoints"), read_only(run_dir):
+        # The next checkpoint cannot be written, and on the way out neither can watch.json be removed. The
+        # folder first: made read-only second, the run could fail and remove watch.json in between.
+        with read_only(run_dir), read_only(run_dir / "checkpoints"):
             err = proc.communicate(timeout=60)[1]
     finally:
         if proc.poll() is None:
