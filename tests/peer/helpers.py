@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 
@@ -52,3 +53,13 @@ def fast_config(**protocol) -> PeerConfig:
 
 def with_bootstrap(config: PeerConfig, *addresses: str) -> PeerConfig:
     return dataclasses.replace(config, bootstrap=tuple(addresses))
+
+
+async def wait_for(predicate, timeout_s: float, step: float = 0.05) -> bool:
+    """True once `predicate()` holds, polled every `step` seconds; False after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        await asyncio.sleep(step)
+    return predicate()

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import sys
-import time
 from contextlib import asynccontextmanager
 from typing import AsyncIterator
 
@@ -44,10 +43,3 @@ async def started(*configs: PeerConfig) -> AsyncIterator[list[PeerNode]]:
         await asyncio.gather(*(node.stop() for node in nodes), return_exceptions=True)
 
 
-async def wait_for(predicate, timeout_s: float, step: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        await asyncio.sleep(step)
-    return predicate()

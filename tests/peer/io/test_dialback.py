@@ -12,8 +12,8 @@ import pytest
 from aiohttp import web
 
 from swarm_app.peer.core.reachability import DialbackLimits, new_token
-from tests.peer.helpers import make_rollouts
-from tests.peer.io.nodes_on_loopback import linux_only, on, started, wait_for
+from tests.peer.helpers import make_rollouts, wait_for
+from tests.peer.io.nodes_on_loopback import linux_only, on, started
 
 pytestmark = linux_only
 

@@ -12,8 +12,8 @@ import aiohttp
 from swarm_app.peer.core.identity import Identity
 from swarm_app.peer.core.messages import ClientHandshake, decode_frame, encode
 from swarm_app.peer.io.node import PeerNode
-from tests.peer.helpers import make_rollouts
-from tests.peer.io.nodes_on_loopback import linux_only, on, started, wait_for
+from tests.peer.helpers import make_rollouts, wait_for
+from tests.peer.io.nodes_on_loopback import linux_only, on, started
 
 pytestmark = linux_only
 

@@ -14,16 +14,7 @@ from swarm_app.peer.core.identity import Identity
 from swarm_app.peer.core.wire import item_from_json, parse_body
 from swarm_app.peer.io.local_nodes import local_swarm, wait_until_meshed
 from swarm_app.peer.io.node import PeerNode
-from tests.peer.helpers import fast_config, make_rollout, make_rollouts, with_bootstrap
-
-
-async def wait_for(predicate, timeout_s: float, step: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        await asyncio.sleep(step)
-    return predicate()
+from tests.peer.helpers import fast_config, make_rollout, make_rollouts, wait_for, with_bootstrap
 
 
 def free_port_that_nobody_listens_on() -> int:

@@ -11,8 +11,9 @@ import pytest
 
 from swarm_app.kernel.swarms import reachability_fix
 from swarm_app.peer.io import upnp
+from tests.peer.helpers import wait_for
 from tests.peer.io.fake_gateway import EXTERNAL_IP, fake_gateway
-from tests.peer.io.nodes_on_loopback import linux_only, on, started, wait_for
+from tests.peer.io.nodes_on_loopback import linux_only, on, started
 
 pytest.importorskip("async_upnp_client")
 
