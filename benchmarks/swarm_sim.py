@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 from benchmarks.swarm.hostile import MODES
+from benchmarks.swarm.report import simulated
 from benchmarks.swarm.scenario import Run, Scenario
 
 RESULTS = Path(__file__).resolve().parent / "results" / "swarm_sim"
@@ -49,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     scenario = Scenario(args.nodes, args.reachable, args.minutes, args.churn, args.hostile, args.hostile_mode,
                         args.partition_minutes, args.seed, args.loss, args.round_s, args.groups)
     run = Run(scenario)
-    figures = run.run()
+    figures = simulated(run)
     figures["command"] = "python -m benchmarks.swarm_sim " + shlex.join(sys.argv[1:] if argv is None else argv)
     if args.plot:
         from benchmarks.swarm.plots import draw

@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from benchmarks.swarm.measure import FRESH_S, live_through, quantile
 from benchmarks.swarm.network import START
-
-if TYPE_CHECKING:
-    from benchmarks.swarm.scenario import Run
+from benchmarks.swarm.scenario import Run
 
 
-def figures(run: "Run") -> dict[str, Any]:
+def simulated(run: Run) -> dict[str, Any]:
+    """Simulate `run` and return its figures."""
+    run.simulate()
+    return {**figures(run), "cpu_s": run.cpu_s}
+
+
+def figures(run: Run) -> dict[str, Any]:
     out: dict[str, Any] = {"scenario": dataclasses.asdict(run.s)}
     out.update(coverage_figures(run))
     out.update(cost_figures(run))
@@ -28,7 +32,7 @@ def _round(value: float | None, digits: int = 3) -> float | None:
     return None if value is None else round(value, digits)
 
 
-def coverage_figures(run: "Run") -> dict[str, Any]:
+def coverage_figures(run: Run) -> dict[str, Any]:
     rec, window, nodes = run.recorder, run.main, run.net.nodes
     honest = [n for n in nodes if n.role == "honest"]
     authors = rec.authors(honest, window.start, window.end - FRESH_S)
@@ -48,7 +52,7 @@ def coverage_figures(run: "Run") -> dict[str, Any]:
     }
 
 
-def cost_figures(run: "Run") -> dict[str, Any]:
+def cost_figures(run: Run) -> dict[str, Any]:
     rec, window = run.recorder, run.main
     receivers = live_through(run.net.nodes, window.start, window.end)
     leaves = [n for n in receivers if not n.reachable]
@@ -73,7 +77,7 @@ def cost_figures(run: "Run") -> dict[str, Any]:
     }
 
 
-def link_figures(run: "Run") -> dict[str, Any]:
+def link_figures(run: Run) -> dict[str, Any]:
     rec, nodes = run.recorder, run.net.nodes
     honest = [n for n in nodes if n.role == "honest"]
     longest = [rec.longest_low[n.index] for n in honest]
@@ -92,7 +96,7 @@ def link_figures(run: "Run") -> dict[str, Any]:
     }
 
 
-def hostile_figures(run: "Run") -> dict[str, Any]:
+def hostile_figures(run: Run) -> dict[str, Any]:
     rec = run.recorder
     figures: dict[str, Any] = {"hostile_accepted": rec.hostile_accepted}
     if run.hostile is not None:
@@ -103,7 +107,7 @@ def hostile_figures(run: "Run") -> dict[str, Any]:
     return figures
 
 
-def partition_figures(run: "Run") -> dict[str, Any]:
+def partition_figures(run: Run) -> dict[str, Any]:
     rec, nodes = run.recorder, run.net.nodes
     split, heal = (next(w for w in rec.windows if w.name == name) for name in ("partition", "heal"))
     figures: dict[str, Any] = {}

@@ -24,7 +24,6 @@ from benchmarks.swarm.decode_once import decode_once
 from benchmarks.swarm.hostile import Hostile
 from benchmarks.swarm.measure import Recorder, Window
 from benchmarks.swarm.network import START, Network, SimNode, node_ip
-from benchmarks.swarm.report import figures
 from benchmarks.swarm.workload import Publisher, sim_score, sim_task
 from swarm_app.peer.core.protocol import ProtocolConfig
 
@@ -74,6 +73,8 @@ class Run:
             windows += [Window("partition", self.partition_at, self.heal_at),
                         Window("heal", self.heal_at, self.heal_at + HEAL_WINDOW_S)]
         self.recorder = Recorder(self.net, windows, self.main, bootstraps=scenario.bootstraps)
+        self.cpu_s = 0.0
+        """CPU seconds `simulate` took."""
         self._churn_debt = 0.0
 
     # --- building the swarm
@@ -133,12 +134,11 @@ class Run:
 
     # --- running and the figures
 
-    def run(self) -> dict[str, Any]:
+    def simulate(self) -> None:
+        """Run the scenario to its end; report.py turns what was recorded into figures."""
         began = time.process_time()
         self.start()
         with decode_once() if self.share_decoding else contextlib.nullcontext():
             self.net.run_until(self.end)
         self.recorder.finish()
-        result = figures(self)
-        result["cpu_s"] = round(time.process_time() - began, 1)
-        return result
+        self.cpu_s = round(time.process_time() - began, 1)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 from types import SimpleNamespace
 
+from benchmarks.swarm.report import simulated
 from benchmarks.swarm.scenario import Run, Scenario
 from swarm_app.peer.core.actions import Dial, FetchPeers
 from swarm_app.peer.core.addressbook import AddressBook, AddressState
@@ -131,14 +132,14 @@ def small(nodes: int, **changes) -> Scenario:
 
 
 def test_an_eclipse_by_announcements_leaves_every_honest_node_an_honest_majority():
-    result = Run(small(30, hostile=0.2, hostile_mode="eclipse", seed=5)).run()
+    result = simulated(Run(small(30, hostile=0.2, hostile_mode="eclipse", seed=5)))
     assert result["hostile_outbound_share_max"] <= 0.5, result
     assert result["hostile_saved_share_max"] <= 0.5, result
     assert result["coverage_median"] >= 0.9, result
 
 
 def test_nodes_behind_nat_are_never_listed_and_still_hear_almost_everyone():
-    result = Run(small(30, reachable=0.3, seed=6)).run()
+    result = simulated(Run(small(30, reachable=0.3, seed=6)))
     assert result["advertised_unreachable"] == 0, result
     assert result["leaf_coverage_median"] >= 0.9, result
     assert result["nodes_below_6_over_30s_after_3min"] == 0, result  # once the swarm formed
@@ -148,14 +149,14 @@ def test_a_nodes_cost_stays_within_its_fixed_budget():
     """A pull brings at most 20 rollouts every ~10 s and own pushes reach a node from its neighbours'
     rounds: about 120 + 20 a minute, whatever the swarm's size. (Below ~100 nodes a pull answer is not
     full, so the cost grows with the swarm until then; benchmarks/swarm_sim.py shows 100 to 1,000.)"""
-    result = Run(small(120, reachable=0.3, minutes=4.0, seed=7)).run()
+    result = simulated(Run(small(120, reachable=0.3, minutes=4.0, seed=7)))
     assert result["rollouts_per_min_mean"] <= 160, result
     assert result["leaf_rollouts_per_min_max"] <= 300, result
 
 
 def test_decoding_each_rollout_once_changes_no_figure():
     scenario = small(20, reachable=0.4, minutes=3.0, seed=8)
-    shared, private = Run(scenario).run(), Run(scenario, share_decoding=False).run()
+    shared, private = simulated(Run(scenario)), simulated(Run(scenario, share_decoding=False))
     for result in (shared, private):
         del result["cpu_s"]
     assert shared == private
