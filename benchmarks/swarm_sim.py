@@ -1,6 +1,6 @@
 """Simulate an RSP/1 swarm of N nodes with the real node core, and print what it measures as JSON.
 
-    python -m benchmarks.swarm_sim --nodes 1000 --reachable 0.2 --minutes 13 --json --plot DIR
+    python benchmarks/swarm_sim.py --nodes 1000 --reachable 0.2 --minutes 13 --json --plot DIR
 
 A discrete-event simulation (benchmarks/swarm/): a virtual clock, per-link latency and loss, NAT (only
 a share `--reachable` of the honest nodes can be dialed), churn, a partition into halves, hostile nodes
@@ -19,15 +19,18 @@ import shlex
 import sys
 from pathlib import Path
 
-from benchmarks.swarm.hostile import MODES
-from benchmarks.swarm.report import simulated
-from benchmarks.swarm.scenario import Run, Scenario
+if __package__ in (None, ""):  # run as a script (`python benchmarks/swarm_sim.py`): find the repository's packages
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.swarm.hostile import MODES  # noqa: E402
+from benchmarks.swarm.report import simulated  # noqa: E402
+from benchmarks.swarm.scenario import Run, Scenario  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "swarm_sim"
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.swarm_sim", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python benchmarks/swarm_sim.py", description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, required=True)
     parser.add_argument("--reachable", type=float, required=True, help="share of honest nodes that can be dialed")
     parser.add_argument("--minutes", type=float, required=True, help="simulated minutes")
@@ -51,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
                         args.partition_minutes, args.seed, args.loss, args.round_s, args.groups)
     run = Run(scenario)
     figures = simulated(run)
-    figures["command"] = "python -m benchmarks.swarm_sim " + shlex.join(sys.argv[1:] if argv is None else argv)
+    figures["command"] = "python benchmarks/swarm_sim.py " + shlex.join(sys.argv[1:] if argv is None else argv)
     if args.plot:
         from benchmarks.swarm.plots import draw
 
