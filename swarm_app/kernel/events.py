@@ -108,6 +108,22 @@ class RunStarted(Event):
     resources: str = ""
     """The resource level, thread policy and priority the node runs with ("level full, threads adapt
     within 1-2, nice 10")."""
+    external: int | None = None
+    """J: peers' groups the node trains on per round (0: it shares but learns only from its own groups;
+    None: not said, a node of an earlier version)."""
+
+
+@dataclass(frozen=True)
+class SoloCurveFound(Event):
+    """A held-out curve of the same model trained alone (J = 0), to set beside this node's: the solo arm of a
+    `swarm experiment`, or a solo run in the data folder. Published after RunStarted when the node learns
+    from peers (J > 0) and one is found; no event means there is none."""
+
+    source: str
+    """Where it comes from, in words ("swarm experiment in ~/x, config 8/0, mean of 3 seeds")."""
+    rounds: tuple[int, ...]
+    accuracy: tuple[float, ...]
+    """Held-out accuracy at each of `rounds` (round 0: the untouched model, where known)."""
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ from swarm_app.kernel.events import (
     TrainingResumed,
 )
 from swarm_app.kernel.files import check_writable_folder
+from swarm_app.kernel.paths import user_dirs
 from swarm_app.kernel.rollouts import RolloutExchange
 from swarm_app.kernel.runlock import RunLock
 from swarm_app.kernel.settings import Settings
@@ -58,6 +59,7 @@ from swarm_app.session.setup import (
     write_failed,
     write_run_file,
 )
+from swarm_app.session.solo import find_solo_curve
 from swarm_app.training.checkpoint import Checkpoints, CheckpointState
 from swarm_app.training.evaluation import EvalResult
 from swarm_app.training.loop import RoundAbandoned, RoundPlan, Trainer
@@ -343,12 +345,14 @@ class Session:
                                        trainer.backend.device(), trainer.backend.memory(),
                                        self.engine.machine_line(self.settings), self.hardware.ram_bytes,
                                        offline=self.peer_node is None,
-                                       resources=self.guest.describe(self.settings.resources.level, self.priority)))
+                                       resources=self.guest.describe(self.settings.resources.level, self.priority),
+                                       external=self.settings.train.external))
         last_saved = last_done = self.next_round - 1
         reason, error = "finished", None
         watchers: list[asyncio.Future] = []
         try:
             await self._join_swarm()
+            await self._publish_solo_curve()
             watchers = [asyncio.ensure_future(self._watch_peers()), asyncio.ensure_future(self._watch_rules())]
             if self.baseline and last_done == 0:
                 self.baseline_result = await self._evaluate(0, "baseline")
@@ -484,6 +488,16 @@ class Session:
         checked = 0 if node.config.local_only else node.public_port
         self.events.publish(SwarmJoined(node.node_id, node.address or "", node.config.swarm, len(node.config.bootstrap),
                                         checked or 0))
+
+    async def _publish_solo_curve(self) -> None:
+        """For a node that learns from peers: a solo run of the same model to compare with, when one is found
+        (session/solo.py); the views say so when none is."""
+        if self.settings.train.external == 0:
+            return
+        found = await asyncio.to_thread(find_solo_curve, user_dirs().data, self.model.model_id, self.model.folder,
+                                        self.settings.tasks.preset, self.run_dir)
+        if found is not None:
+            self.events.publish(found)
 
     def _swarm_figures(self) -> dict:
         if self.peer_node is None:

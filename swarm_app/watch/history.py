@@ -24,6 +24,7 @@ from swarm_app.kernel.events import (
     RunStarted,
     RunStopped,
     SharingChanged,
+    SoloCurveFound,
     SwarmJoined,
     TrainingPaused,
     TrainingResumed,
@@ -34,7 +35,7 @@ ROUNDS_KEPT = 500
 long run's recent past (a row is ~600 bytes of JSON, so 500 cost ~0.3 MB)."""
 LOGS_KEPT = 200
 LATEST_ONLY = (ModelLoading, RunStarted, SwarmJoined, RoundStarted, PhaseProgress, EvaluationStarted,
-               CheckpointSaved, PeersUpdated, SharingChanged, RunStopped)
+               CheckpointSaved, PeersUpdated, SharingChanged, SoloCurveFound, RunStopped)
 """Kinds where only the newest tells a view anything (what the node is doing, the swarm right now)."""
 PAUSE_SLOT = (TrainingPaused, TrainingResumed)
 """One slot for both: the newest says whether training is paused."""
