@@ -17,7 +17,14 @@ from textual.binding import Binding
 from textual.widgets import Footer, Header, TabbedContent, TabPane
 
 from swarm_app.kernel.errors import SwarmError
-from swarm_app.kernel.events import EvaluationFinished, LogRecorded, PeersUpdated, RoundFinished, RunStopped
+from swarm_app.kernel.events import (
+    EvaluationFinished,
+    LogRecorded,
+    PeersUpdated,
+    RoundFinished,
+    RunStopped,
+    SoloCurveFound,
+)
 from swarm_app.tui.dashboard import Dashboard, RewardChart
 from swarm_app.tui.log_view import LogsView
 from swarm_app.tui.messages import SessionEvent
@@ -141,7 +148,7 @@ class SwarmApp(App[int]):
             return
         if isinstance(event, LogRecorded):
             self.query_one(LogsView).add(self.state.logs[-1])
-        if isinstance(event, (RoundFinished, EvaluationFinished)):
+        if isinstance(event, (RoundFinished, EvaluationFinished, SoloCurveFound)):
             self._stale.add("chart")
         if isinstance(event, (PeersUpdated, RoundFinished)):
             self._stale.add("peers")

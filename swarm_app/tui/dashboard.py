@@ -1,5 +1,6 @@
 """The dashboard: engine badge, round progress with ETA, the swarm (its name, peers, whether the node is
-reachable from outside and how to make it so), reward chart, throughput, last warning.
+reachable from outside and how to make it so), what sharing did for the node (sharing.py), reward chart,
+throughput, last warning.
 
 Each widget draws itself from a `ViewState` in `show(state)`; none keeps state of its own.
 """
@@ -13,6 +14,7 @@ from textual.widgets import ProgressBar, Static
 from textual_plotext import PlotextPlot
 
 from swarm_app.kernel.swarms import reachability_fix, reachability_short
+from swarm_app.tui.sharing import SharingPanel
 from swarm_app.tui.state import ViewState, moving_average
 
 
@@ -87,8 +89,8 @@ class SwarmLine(Static):
 
 
 class RewardChart(PlotextPlot):
-    """Local-only reward, external (peers') reward and held-out accuracy, as moving averages; or
-    held-out accuracy per task when `per_task` is on."""
+    """Reward of own and of peers' groups as moving averages, held-out accuracy and, when a solo run was
+    found to compare with, its held-out accuracy; or held-out accuracy per task when `per_task` is on."""
 
     per_task = False
 
@@ -104,11 +106,13 @@ class RewardChart(PlotextPlot):
         else:
             plt.title(f"reward (moving average of {10} rounds)")
             if c.rounds:
-                plt.plot(c.rounds, moving_average(c.local), label="local")
+                plt.plot(c.rounds, moving_average(c.local), label="own")
             if c.external_rounds:
-                plt.plot(c.external_rounds, moving_average(c.external), label="external")
+                plt.plot(c.external_rounds, moving_average(c.external), label="from peers")
             if c.heldout_rounds:
                 plt.plot(c.heldout_rounds, c.heldout, label="held-out", marker="dot")
+            if s.solo is not None:
+                plt.plot(list(s.solo.rounds), list(s.solo.accuracy), label="held-out, solo", marker="dot")
         plt.xlabel("round")
         self.refresh()
 
@@ -127,12 +131,13 @@ class Dashboard(Vertical):
         yield RoundStatus(id="round-status")
         yield SwarmLine(id="swarm-line")
         yield ProgressBar(id="round-progress", show_eta=False)
+        yield SharingPanel(id="sharing")
         yield RewardChart(id="chart")
         yield Notice(id="notice")
 
     def show(self, s: ViewState) -> None:
         for widget in (self.query_one(EngineBadge), self.query_one(RoundStatus), self.query_one(SwarmLine),
-                       self.query_one(Notice)):
+                       self.query_one(SharingPanel), self.query_one(Notice)):
             widget.show(s)
         bar = self.query_one(ProgressBar)
         bar.update(total=max(s.phase_total, 1), progress=s.phase_done if s.phase else 0)

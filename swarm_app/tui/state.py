@@ -28,6 +28,7 @@ from swarm_app.kernel.events import (
     RunStarted,
     RunStopped,
     SharingChanged,
+    SoloCurveFound,
     SwarmJoined,
     TrainingPaused,
     TrainingResumed,
@@ -114,6 +115,10 @@ class ViewState:
     round_seconds: deque = field(default_factory=lambda: deque(maxlen=20))
     tokens_per_s: float | None = None
     sharing: bool = True
+    external: int | None = None
+    """J: peers' groups the node trains on per round (RunStarted; 0: none, None: not said)."""
+    solo: SoloCurveFound | None = None
+    """A held-out curve of the same model trained alone, to compare with (none found: None)."""
     last_warning: str = ""
     last_checkpoint: str = ""
     stop_line: str = ""
@@ -148,7 +153,7 @@ def _run_started(s: ViewState, e: RunStarted) -> None:
     s.status, s.model, s.backend, s.backend_reason = "training", safe_text(e.model_id), e.backend, e.backend_reason
     s.device, s.memory_bytes, s.preset, s.run_dir = e.device, e.memory_bytes, e.preset, e.run_dir
     s.ram_total_bytes, s.offline, s.resources = e.ram_total_bytes, e.offline, e.resources
-    s.total_rounds, s.round = e.total_rounds, e.start_round - 1
+    s.total_rounds, s.round, s.external = e.total_rounds, e.start_round - 1, e.external
 
 
 def _loading(s: ViewState, e: ModelLoading) -> None:
@@ -245,6 +250,7 @@ _HANDLERS = {
     TrainingPaused: _set(status="paused", pause_reason=lambda e: f"{e.reason}; resumes {e.resumes}" if e.reason else ""),
     TrainingResumed: _set(status="training", pause_reason=""),
     SharingChanged: _set(sharing=lambda e: e.sharing),
+    SoloCurveFound: _set(solo=lambda e: replace(e, source=safe_text(e.source))),
     LogRecorded: _log,
     RunStopped: _stopped,
 }

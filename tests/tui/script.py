@@ -13,6 +13,7 @@ from swarm_app.kernel.events import (
     RoundFinished,
     RoundMetrics,
     RunStarted,
+    SoloCurveFound,
     SwarmJoined,
 )
 
@@ -22,7 +23,7 @@ T0 = 1_780_000_000.0
 
 def metrics(t: int, external: bool = True) -> RoundMetrics:
     local = 0.30 + 0.02 * t + (0.05 if t % 3 == 0 else -0.03)
-    ext = 0.45 + 0.015 * t if external else None
+    ext = 0.62 + 0.01 * t if external else None
     return RoundMetrics(round=t, reward_local=round(local, 3), reward_external=ext, reward_local_sum=local * 64,
                         reward_external_sum=(ext or 0) * 16, n_local=8, n_external=2 if external else 0,
                         groups_with_signal=6, tokens=1500, train_tokens=900, loss=0.01, clipped_fraction=0.0,
@@ -44,12 +45,19 @@ def peers_updated(rows, reachable: bool | None = False) -> PeersUpdated:
                         witnesses=0, witnesses_needed=3)
 
 
-def dashboard_script(rounds: int = 12) -> list:
+SOLO = SoloCurveFound("swarm experiment in /data/experiments/default, config 8/0, mean of 3 seed(s)",
+                      (0, 5, 10, 15, 20), (0.48, 0.5, 0.53, 0.55, 0.56))
+"""A solo run of the same model to compare with: this node's held-out ends 0.09 above it at round 10."""
+
+
+def dashboard_script(rounds: int = 12, external: int = 2) -> list:
+    """A node that trains on `external` peers' groups a round (2: compared with SOLO; 0: on its own only)."""
     events = [RunStarted("/runs/demo", "torch", "torch on CPU (no CUDA GPU found)", "swarm-tiny", "easy", 1, 20,
-                         "cpu", 17 * 2**20, "", 24 * 2**30),
-              SwarmJoined("ab" * 16, "127.0.0.1:47470", "easy", 1, 47470)]
+                         "cpu", 17 * 2**20, "", 24 * 2**30, external=external),
+              SwarmJoined("ab" * 16, "127.0.0.1:47470", "easy", 1, 47470),
+              *([SOLO] if external else [])]
     for t in range(1, rounds + 1):
-        events.append(RoundFinished(metrics(t)))
+        events.append(RoundFinished(metrics(t, external=bool(external))))
         if t % 5 == 0:
             events.append(EvaluationFinished(t, 0.5 + 0.01 * t, {"basic_arithmetic": 0.6, "base_conversion": 0.3}, 1.5))
     events += [peers_updated([peer(1), peer(2), peer(3, connected=False)]),

@@ -13,8 +13,10 @@ from swarm_app.tui.app import SwarmApp
 from tests.tui.script import T0, dashboard_script, scripted
 
 
-def scripted_app() -> SwarmApp:
-    return SwarmApp(scripted(dashboard_script(), asyncio.Event()), subtitle="/runs/demo", clock=lambda: T0 + 25)
+def scripted_app(external: int = 2) -> SwarmApp:
+    """A node that learns from peers and has a solo run to compare with (external=0: one that learns alone)."""
+    return SwarmApp(scripted(dashboard_script(external=external), asyncio.Event()), subtitle="/runs/demo",
+                    clock=lambda: T0 + 25)
 
 
 def showing(tab: str, theme: str = ""):
@@ -36,3 +38,8 @@ def test_view(snap_compare, size, tab):
 
 def test_dashboard_in_a_light_theme(snap_compare):
     assert snap_compare(scripted_app(), terminal_size=(80, 24), run_before=showing("1", "textual-light"))
+
+
+def test_dashboard_of_a_node_that_learns_alone(snap_compare):
+    """The sharing panel of a node with --external 0 says that it learns alone and how to learn from peers."""
+    assert snap_compare(scripted_app(external=0), terminal_size=(80, 24), run_before=showing("1"))
