@@ -22,6 +22,7 @@ from swarm_app.kernel.events import (
     RunStarted,
     RunStopped,
     SharingChanged,
+    SoloCurveFound,
     SwarmJoined,
     TrainingPaused,
     TrainingResumed,
@@ -92,6 +93,8 @@ def _short_line(event: Event) -> str:
         return "resumed"
     if isinstance(event, SharingChanged):
         return "sharing own rollouts" if event.sharing else "not sharing own rollouts (still receiving)"
+    if isinstance(event, SoloCurveFound):
+        return f"held-out compared with: {event.source} ({event.accuracy[-1]:.3f} at round {event.rounds[-1]})"
     # Not printed: scheduled evaluations (the round line carries held-out accuracy and eval time) and
     # peers coming and going (rotation every minute); the JSON format has them.
     return ""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 
 from swarm_app.headless import HeadlessView
-from swarm_app.kernel.events import PeersUpdated, ReachabilityChanged, SwarmJoined
+from swarm_app.kernel.events import PeersUpdated, ReachabilityChanged, SoloCurveFound, SwarmJoined
 
 
 def lines(*events) -> list[str]:
@@ -46,3 +46,8 @@ def test_reachable_is_one_line_and_the_per_second_snapshots_are_not_printed():
     assert lines(ReachabilityChanged(True, 47470, 1, "easy")) == [
         "swarm 'easy', 1 peer: reachable from outside: yes (peers dialed it back on port 47470)"]
     assert lines(PeersUpdated((), True, 0, 0, 0, 0, 0, "easy", True, 47470, 3, 3)) == []
+
+
+def test_a_solo_run_to_compare_with_is_one_line():
+    (line,) = lines(SoloCurveFound("solo run /runs/alone", (0, 5, 10), (0.25, 0.3, 0.375)))
+    assert line == "held-out compared with: solo run /runs/alone (0.375 at round 10)"
