@@ -34,16 +34,15 @@ from swarm_app.kernel.events import (
     RunStopped,
     SharingChanged,
     SwarmJoined,
-    TrainingPaused,
-    TrainingResumed,
 )
 from swarm_app.kernel.files import check_writable_folder
 from swarm_app.kernel.paths import user_dirs
 from swarm_app.kernel.rollouts import RolloutExchange
 from swarm_app.kernel.runlock import RunLock
 from swarm_app.kernel.settings import Settings
-from swarm_app.resources.guest import LEVELS, Verdict, lower_priority
-from swarm_app.resources.policy import POLL_S, GuestPolicy
+from swarm_app.resources.guest import LEVELS, lower_priority
+from swarm_app.resources.pausing import Pausing
+from swarm_app.resources.policy import GuestPolicy
 from swarm_app.session.bus import EventBus, LogForwarder
 from swarm_app.session.engine import OpenedEngine, open_engine, prepare_model
 from swarm_app.session.peer_events import PeerTracker
@@ -121,9 +120,8 @@ class Session:
         self.next_round = 1
         self.metrics_rows = 0
         self.last_checkpoint = ""
-        self.paused = False
-        self.held: Verdict | None = None
-        """A pause rule holding training (on battery, the owner busy, outside the schedule)."""
+        self.pausing = Pausing(self._poke)
+        """The user's pause and the pause rules' hold (resources/pausing.py)."""
         self.guest: GuestPolicy | None = None
         self.priority = "normal priority"
         self._lock: RunLock | None = None
@@ -134,6 +132,11 @@ class Session:
         self._eval_requested = False
         self._alone_warned = False
         self._engine_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="swarm-engine")
+
+    @property
+    def paused(self) -> bool:
+        """Paused by the user (a pause rule's hold is not this)."""
+        return self.pausing.by_user
 
     @property
     def stopping(self) -> bool:
@@ -155,12 +158,10 @@ class Session:
 
     def pause(self) -> None:
         """No new round starts until resume(); the round under way finishes, the swarm goes on."""
-        self.paused = True
+        self.pausing.pause()
 
     def resume(self) -> None:
-        if self.paused:
-            self.paused = False
-            self._poke()
+        self.pausing.resume()
 
     def set_sharing(self, share: bool) -> None:
         """Send own rollouts to peers (True) or only receive (False), from the next rollout on."""
@@ -353,7 +354,8 @@ class Session:
         try:
             await self._join_swarm()
             await self._publish_solo_curve()
-            watchers = [asyncio.ensure_future(self._watch_peers()), asyncio.ensure_future(self._watch_rules())]
+            watchers = [asyncio.ensure_future(self._watch_peers()),
+                        asyncio.ensure_future(self.pausing.watch_rules(self.guest))]
             if self.baseline and last_done == 0:
                 self.baseline_result = await self._evaluate(0, "baseline")
             while not self._stopping and (total == 0 or self.next_round <= total):
@@ -392,37 +394,18 @@ class Session:
     async def _between_rounds(self, last_done: int) -> None:
         """Serve an evaluation request, and wait while paused by the user or held by a pause rule (the swarm
         keeps going meanwhile); each new reason to wait is announced."""
-        announced: str | None = None
         while not self._stopping:
             if self._eval_requested:
                 self._eval_requested = False
                 if await self._evaluate(last_done, "requested") is None:
                     return  # a stop cut it short
-            if not self.paused and self.held is None:
-                if announced is not None:
-                    self.events.publish(TrainingResumed())
+            notice = self.pausing.notice(last_done)
+            if notice is not None:
+                self.events.publish(notice)
+            if not self.pausing.waiting:
                 return
-            held = self.held if self.held is not None and not self.paused else None
-            reason = held.reason if held else ""
-            if reason != announced:
-                announced = reason
-                self.events.publish(TrainingPaused(last_done, reason, held.resumes if held else ""))
             self._wake.clear()
             await self._wake.wait()
-
-    async def _watch_rules(self) -> None:
-        """The pause rules, every few seconds: a rule that starts or stops holding training wakes the loop."""
-        while True:
-            try:
-                verdict = await asyncio.to_thread(self.guest.poll)
-            except (OSError, RuntimeError) as exc:  # read_sensors turns psutil's errors into OSError
-                log.warning("pause rules: the sensors cannot be read (%s); training is not paused by them", exc)
-                return
-            held = verdict if verdict.paused else None
-            if held != self.held:
-                self.held = held
-                self._poke()
-            await asyncio.sleep(POLL_S)
 
     def _run_round_as_guest(self, t: int):
         """One round on the engine thread, on the thread count the guest policy gives, which it then learns from."""
