@@ -129,12 +129,31 @@ class TrainSample:
 
 
 @dataclass(frozen=True)
+class SampleStats:
+    """One sample of a round's update, so a caller can compare kinds of samples afterwards (a node: its own
+    completions against peers'). Figures the update computes anyway: no extra pass."""
+
+    tokens: int
+    """Its completion tokens, the end token included."""
+    old_logp: float | None
+    """The sum of those tokens' log-probs under the policy as the round started (the ratio's old log-probs);
+    None when it had no pass (advantage 0)."""
+    clipped: int = 0
+    """Its tokens where the clip cut the gradient, summed over the update's steps."""
+    trained_tokens: int = 0
+    """Its tokens summed over the steps it was in (tokens x epochs): the denominator of its clipped share."""
+
+
+@dataclass(frozen=True)
 class TrainStats:
     loss: float
     tokens: int
     clipped_fraction: float = 0.0
     grad_norm: float = 0.0
     steps: int = 0
+    samples: tuple[SampleStats, ...] = ()
+    """Per sample of the batch, in its order; empty where an engine does not report them (fake, llama.cpp
+    reports its torch trainer's)."""
 
 
 @dataclass(frozen=True)

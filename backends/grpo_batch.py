@@ -11,7 +11,7 @@ import random
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from backends.base import Messages, OptimConfig, TrainSample, TrainStats
+from backends.base import Messages, OptimConfig, SampleStats, TrainSample, TrainStats
 from backends.chat import encode_prompt
 
 LOGIT_BUDGET = 1 << 26
@@ -102,8 +102,9 @@ def minibatch_parts(seqs: list[Sequence], optim: OptimConfig, seed: int) -> list
     return out
 
 
-def summarize(steps: list[Step], tokens: int) -> TrainStats:
-    """The round's figures: mean loss over steps, clipped share of tokens, mean norm of the steps taken."""
+def summarize(steps: list[Step], tokens: int, samples: tuple[SampleStats, ...] = ()) -> TrainStats:
+    """The round's figures: mean loss over steps, clipped share of tokens, mean norm of the steps taken, and
+    the per-sample figures as given."""
     taken = [s for s in steps if s.taken]
     return TrainStats(
         loss=sum(s.loss for s in steps) / len(steps),
@@ -111,4 +112,5 @@ def summarize(steps: list[Step], tokens: int) -> TrainStats:
         clipped_fraction=sum(s.clipped for s in steps) / max(sum(s.tokens for s in steps), 1),
         grad_norm=sum(s.grad_norm for s in taken) / max(len(taken), 1),
         steps=len(taken),
+        samples=samples,
     )

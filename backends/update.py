@@ -4,8 +4,9 @@ small pieces such an engine needs around it.
 Owns the skeleton of `train_step`: the minibatch cut (grpo_batch.minibatch_parts), which samples need a
 separate old-policy pass, the loop over the parts with progress and train/eval mode, one optimizer step a
 part (the gradient accumulated group by group, clipped to max_grad_norm, the step skipped when its norm is
-not finite) and the round's summary; also `loss_and_gradients` (the same first step without the update,
-for comparing engines) and the HF-tokenizer glue both engines share (encodings, completion text).
+not finite) and the round's summary, with each sample's old log-probs and clipped tokens (`SampleStats`);
+also `loss_and_gradients` (the same first step without the update, for comparing engines) and the
+HF-tokenizer glue both engines share (encodings, completion text).
 An engine supplies its tensor work through the `_`-hooks marked "engine:" and sets the loaded state in
 `load`. Nothing here imports an engine's library: a model is only called through `train()` / `eval()`,
 which torch and mlx modules both have.
@@ -18,7 +19,7 @@ import math
 from abc import abstractmethod
 from typing import Any
 
-from backends.base import Backend, BackendError, Completion, Messages, ModelSpec, Progress, TrainSample, TrainStats
+from backends.base import Backend, BackendError, Completion, Messages, ModelSpec, Progress, SampleStats, TrainSample, TrainStats
 from backends.chat import encode_prompt
 from backends.grpo_batch import Sequence, Step, encode_sample, group_by_prompt, minibatch_parts, shuffle_seed, summarize
 
@@ -60,8 +61,8 @@ class GrpoEngine(Backend):
     @abstractmethod
     def _group_gradients(self, seqs: list[Sequence], old: list, advantages: list[float],
                          total: int) -> tuple[float, float, list, Any]:
-        """engine: (loss, clipped tokens, own log-probs, gradient) of `seqs`, which share one prompt, in one
-        pass. `old[k]` is sample k's old log-probs or None, meaning: use this pass's own, detached (the
+        """engine: (loss, clipped tokens per sample, own log-probs, gradient) of `seqs`, which share one prompt,
+        in one pass. `old[k]` is sample k's old log-probs or None, meaning: use this pass's own, detached (the
         first-minibatch reuse); own log-probs come back detached, one 1-D array a sample. The token mean
         divides by `total`. The gradient is whatever `_add_gradients` and `_clip_gradients` take (torch
         accumulates into the parameters and returns None)."""
@@ -101,24 +102,29 @@ class GrpoEngine(Backend):
         pending = [i for i, a in enumerate(advantages) if a != 0.0 and i not in reused]
         old = dict(zip(pending, self._old_logps([seqs[i] for i in pending])))
         self._model.train()
-        steps = []
+        steps, clipped = [], [0] * len(seqs)
         try:
             for k, part in enumerate(parts, 1):
-                steps.append(self._minibatch_step(part, seqs, advantages, old))
+                steps.append(self._minibatch_step(part, seqs, advantages, old, clipped))
                 if progress is not None:
                     progress(k, len(parts))
         finally:
             self._model.eval()
-        return summarize(steps, tokens=sum(s.n_completion for s in seqs))
+        return summarize(steps, tokens=sum(s.n_completion for s in seqs),
+                         samples=sample_stats(seqs, old, clipped, parts))
 
-    def _minibatch_step(self, part: list[int], seqs: list[Sequence], advantages: list[float], old: dict) -> Step:
-        """One optimizer step over the samples `part`; the token mean spans all of them, A == 0 ones included."""
+    def _minibatch_step(self, part: list[int], seqs: list[Sequence], advantages: list[float], old: dict,
+                        clipped: list[int]) -> Step:
+        """One optimizer step over the samples `part`; the token mean spans all of them, A == 0 ones included.
+        Each sample's clipped tokens are added to `clipped`."""
         total = sum(seqs[i].n_completion for i in part)
         keep = [i for i in part if advantages[i] != 0.0]
         if not keep:
             return Step(0.0, total, 0.0, 0.0, False)
         self._zero_gradients()
-        loss, clipped, grads = self._part_gradients(keep, seqs, advantages, old, total)
+        loss, cut, grads = self._part_gradients(keep, seqs, advantages, old, total)
+        for i, n in cut.items():
+            clipped[i] += n
         grads, norm = self._clip_gradients(grads, self._spec.optim.max_grad_norm)
         finite = math.isfinite(norm)
         if finite:
@@ -126,24 +132,25 @@ class GrpoEngine(Backend):
         else:
             log.warning("skipped an optimizer step: the gradient norm is %s", norm)
         self._zero_gradients()
-        return Step(loss, total, clipped, norm, finite)
+        return Step(loss, total, sum(cut.values()), norm, finite)
 
     def _part_gradients(self, keep: list[int], seqs: list[Sequence], advantages: list[float], old: dict,
-                        total: int) -> tuple[float, float, Any]:
-        """(loss, clipped tokens, gradient) of the samples `keep`, accumulated one prompt group at a time so
-        each pass stays under the logit budget. A sample missing from `old` (the round's first minibatch
+                        total: int) -> tuple[float, dict[int, int], Any]:
+        """(loss, clipped tokens by sample index, gradient) of the samples `keep`, accumulated one prompt group
+        at a time so each pass stays under the logit budget. A sample missing from `old` (the round's first minibatch
         under reuse) takes this pass's own log-probs and keeps them there for the later parts and epochs."""
-        loss_sum = clipped = 0.0
+        loss_sum = 0.0
+        clipped: dict[int, int] = {}
         grads = None
         for group in self._groups([seqs[i] for i in keep]):
             members = [keep[j] for j in group]
             loss, cut, own, g = self._group_gradients([seqs[i] for i in members], [old.get(i) for i in members],
                                                       [advantages[i] for i in members], total)
-            for i, logp in zip(members, own):
+            for i, logp, n in zip(members, own, cut):
                 old.setdefault(i, logp)
+                clipped[i] = int(n)
             grads = g if grads is None else self._add_gradients(grads, g)
             loss_sum += loss
-            clipped += cut
         return loss_sum, clipped, grads
 
     def loss_and_gradients(self, batch: list[TrainSample]) -> tuple[float, dict]:
@@ -213,3 +220,14 @@ class GrpoEngine(Backend):
         stops = [i for i, t in enumerate(new_tokens) if t in self._stop_ids]
         end = stops[0] if stops else len(new_tokens)
         return Completion(self._tok.decode(new_tokens[:end], skip_special_tokens=True), end + 1 if stops else end)
+
+
+def sample_stats(seqs: list[Sequence], old: dict, clipped: list[int], parts: list[list[int]]) -> tuple[SampleStats, ...]:
+    """Per sample: its tokens, the sum of its old log-probs (None without a pass), its clipped tokens and its
+    tokens over the steps it was in. `old` holds any engine's 1-D arrays (torch, mlx, numpy: all have tolist)."""
+    steps_in = [0] * len(seqs)
+    for part in parts:
+        for i in part:
+            steps_in[i] += 1
+    return tuple(SampleStats(s.n_completion, float(sum(old[i].tolist())) if i in old else None, clipped[i],
+                             s.n_completion * steps_in[i]) for i, s in enumerate(seqs))

@@ -228,7 +228,7 @@ class MlxBackend(GrpoEngine):
         import mlx.core as mx
         import mlx.nn as nn
 
-        from backends.mlx.grpo_loss import grpo_loss
+        from backends.mlx.grpo_loss import clip_cut, grpo_loss
 
         optim = self._spec.optim
 
@@ -239,12 +239,15 @@ class MlxBackend(GrpoEngine):
             old_logp = mx.stack([own[row] if o is None else mx.pad(o, (0, width - o.shape[0]))
                                  for row, o in enumerate(old)])
             adv = mx.array([[a] for a in advantages])
-            loss, fraction = grpo_loss(logp, old_logp, adv, mask, optim.clip_low, optim.clip_high, num_tokens=total)
-            return loss, fraction * mask.sum(), own
+            loss, _ = grpo_loss(logp, old_logp, adv, mask, optim.clip_low, optim.clip_high, num_tokens=total)
+            # the loss's own rule on its own ratio, counted per sample (row)
+            ratio = mx.exp(mx.where(mask, own - old_logp, 0.0))
+            cut = (clip_cut(ratio, adv.astype(logp.dtype), optim.clip_low, optim.clip_high) & mask.astype(mx.bool_)).sum(axis=1)
+            return loss, cut, own
 
         (loss, cut, own), grads = nn.value_and_grad(self._model, group_loss)()
         mx.eval(loss, cut, own, grads)
-        return loss.item(), cut.item(), [own[row, : s.n_completion] for row, s in enumerate(seqs)], grads
+        return loss.item(), cut.tolist(), [own[row, : s.n_completion] for row, s in enumerate(seqs)], grads
 
     def _add_gradients(self, first, second):
         import mlx.core as mx

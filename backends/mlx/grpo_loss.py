@@ -26,6 +26,12 @@ def grpo_loss(logp: mx.array, old_logp: mx.array, advantages: mx.array, mask: mx
     count = mask.sum()
     denom = mx.maximum(count, 1) if num_tokens is None else max(num_tokens, 1)
     loss = per_token.sum() / denom
-    cut = ((ratio < 1.0 - clip_low) & (advantages < 0)) | ((ratio > 1.0 + clip_high) & (advantages > 0))
+    cut = clip_cut(ratio, advantages, clip_low, clip_high)
     fraction = mx.stop_gradient((cut & mask).sum().astype(mx.float32) / mx.maximum(count, 1))
     return loss, fraction
+
+
+def clip_cut(ratio: mx.array, advantages: mx.array, clip_low: float = 0.2, clip_high: float = 0.28) -> mx.array:
+    """Where the clip cuts the gradient (boolean, `ratio`'s shape): ratio below 1 - clip_low with A < 0, or
+    above 1 + clip_high with A > 0."""
+    return ((ratio < 1.0 - clip_low) & (advantages < 0)) | ((ratio > 1.0 + clip_high) & (advantages > 0))

@@ -216,17 +216,19 @@ class TorchBackend(GrpoEngine):
         """One pass and its backward: gradients accumulate in the LoRA parameters (see GrpoEngine)."""
         import torch
 
-        from backends.torch.grpo_loss import grpo_loss
+        from backends.torch.grpo_loss import clip_cut, grpo_loss
 
         optim = self._spec.optim
+        lengths = [s.n_completion for s in seqs]
         logp = self._token_logps(seqs)
-        own = list(logp.detach().split([s.n_completion for s in seqs]))
+        own = list(logp.detach().split(lengths))
         old_logp = torch.cat([mine if theirs is None else theirs for theirs, mine in zip(old, own)])
         adv = torch.cat([torch.full((s.n_completion,), a) for s, a in zip(seqs, advantages)]).to(logp.device)
-        loss, fraction = grpo_loss(logp, old_logp, adv, clip_low=optim.clip_low, clip_high=optim.clip_high,
-                                   num_tokens=total)
+        loss, _ = grpo_loss(logp, old_logp, adv, clip_low=optim.clip_low, clip_high=optim.clip_high, num_tokens=total)
         loss.backward()
-        return loss.item(), fraction.item() * logp.numel(), own, None
+        with torch.no_grad():  # the loss's own rule on its own ratio, counted per sample
+            cut = clip_cut(torch.exp(logp.detach() - old_logp), adv, optim.clip_low, optim.clip_high)
+        return loss.item(), [int(c.sum()) for c in cut.split(lengths)], own, None
 
     def _trainable(self) -> list:
         return [p for group in self._optimizer.param_groups for p in group["params"]]

@@ -51,7 +51,12 @@ def grpo_loss(
     denom = max(denom, 1)
     loss = per_token.sum() / denom
     with torch.no_grad():
-        cut = ((ratio < 1.0 - clip_low) & (advantages < 0)) | ((ratio > 1.0 + clip_high) & (advantages > 0))
-        cut_count = (cut & mask).sum()
+        cut_count = (clip_cut(ratio, advantages, clip_low, clip_high) & mask).sum()
         clipped_fraction = cut_count.to(torch.float32) / max(int(mask.sum().item()), 1)
     return loss, clipped_fraction
+
+
+def clip_cut(ratio: torch.Tensor, advantages: torch.Tensor, clip_low: float = 0.2, clip_high: float = 0.28) -> torch.Tensor:
+    """Where the clip cuts the gradient (boolean, the shape of `ratio`): ratio below 1 - clip_low with A < 0,
+    or above 1 + clip_high with A > 0."""
+    return ((ratio < 1.0 - clip_low) & (advantages < 0)) | ((ratio > 1.0 + clip_high) & (advantages > 0))

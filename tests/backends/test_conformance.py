@@ -47,6 +47,25 @@ def test_reported_loss_equals_the_numpy_reference(engine):
     assert stats.clipped_fraction == pytest.approx(second.clipped_fraction / 2, abs=1e-6)
 
 
+def test_per_sample_figures_are_the_old_log_probs_and_the_clips_of_the_reference(engine):
+    two_epochs = load_engine(engine, optim=OptimConfig(learning_rate=0.05, epochs=2, minibatches=1))
+    before = two_epochs.token_logprobs(BATCH)
+    stats = two_epochs.train_step(BATCH)
+    one_epoch = load_engine(engine, optim=FAST)
+    one_epoch.train_step(BATCH)
+    old, mask = padded(before)
+    new, _ = padded(one_epoch.token_logprobs(BATCH))
+    adv = np.array([[s.advantage] for s in BATCH])
+    ratio = np.exp(np.where(mask, new - old, 0.0))
+    cut = ((((ratio > 1.28) & (adv > 0)) | ((ratio < 0.8) & (adv < 0))) & mask).sum(axis=1)  # epoch 1 clips nothing
+    samples = stats.samples
+    assert [s.tokens for s in samples] == [len(row) for row in before]
+    assert [s.trained_tokens for s in samples] == [2 * len(row) for row in before]
+    assert [s.clipped for s in samples] == cut.tolist() and sum(cut) > 0
+    assert samples[3].old_logp is None  # A = 0: no pass
+    assert [s.old_logp for s in samples[:3]] == pytest.approx([sum(row) for row in before[:3]], abs=1e-4)
+
+
 def test_a_policy_that_does_not_move_keeps_every_ratio_at_one(engine):
     # Learning rate 0: the second epoch's ratios, against the old log-probs the round kept (the first
     # minibatch's own pass where the engine reuses it), are 1 only if each sample kept its own.

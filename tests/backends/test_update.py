@@ -88,7 +88,9 @@ class Scripted(GrpoEngine):
         old = [mine if theirs is None else theirs for theirs, mine in zip(old, own)]
         ratios = [np.exp(mine - theirs) for mine, theirs in zip(own, old)]
         loss = -sum(a * r.sum() for a, r in zip(advantages, ratios)) / total
-        return loss, 0.0, own, loss  # d loss / d theta equals the loss here: every token's ratio is exp(theta - old)
+        cut = [int(((r < 1 - self._spec.optim.clip_low) & (a < 0) | (r > 1 + self._spec.optim.clip_high) & (a > 0)).sum())
+               for a, r in zip(advantages, ratios)]
+        return loss, cut, own, loss  # d loss / d theta equals the loss here: every token's ratio is exp(theta - old)
 
     def _add_gradients(self, first, second):
         return first + second
