@@ -7,7 +7,8 @@ Per cell (one config, one seed; `cell_metrics`):
   group mean, averaged), so configs with different I compare;
 - held-out greedy accuracy at the start (the base model, base.json), along the way and at the end (the
   nodes' own evaluations, mean over nodes), per task, and the held-out sampled reward at start and end;
-- wall time, training rounds per hour per node (evaluations left out), engine CPU seconds per node-round.
+- wall time, training rounds per hour per node (evaluations left out), engine CPU seconds per node-round;
+- own versus external: the mean of each round row's diagnostics (training/diagnostics.py) over the cell.
 Per config (`config_summary`): the mean and spread (sample standard deviation) over seeds, and the gain of
 each config over the I/0 config paired by seed (equal rounds, the same node seeds).
 Must not read or write files, nor draw (plots.py draws from `curves`).
@@ -55,6 +56,7 @@ def cell_metrics(cell: dict[str, Any], base: dict[str, Any], plan: Plan) -> dict
         "sampled_end": nodes_mean([(node.get("sampled_end") or {}).get("mean_reward") for node in nodes]),
         "external_per_round": mean([row["n_external"] for node in nodes for row in node["rows"]]),
         "external_signal_share": _signal_share(nodes),
+        "own_vs_external": _own_vs_external(nodes),
         "wall_s": cell["wall_s"], "train_wall_s": cell["train_wall_s"],
         "rounds_per_hour": _rounds_per_hour(nodes),
         "cpu_s_per_node_round": nodes_mean([_train_cpu_per_round(node) for node in nodes]),
@@ -86,6 +88,20 @@ def _signal_share(nodes: list[dict[str, Any]]) -> float | None:
     signal = sum(row["groups_with_signal"] for node in nodes for row in node["rows"])
     external = sum(row["n_external"] for node in nodes for row in node["rows"])
     return external / signal if signal else None
+
+
+DIAGNOSTICS = ("logp_own", "logp_external", "clipped_own", "clipped_external", "advantage_own", "advantage_external",
+               "signal_own", "signal_external", "reward_local", "reward_local_on_external_tasks")
+"""The round rows' own-versus-external figures (training/diagnostics.py), with the local reward to compare."""
+
+
+def _own_vs_external(nodes: list[dict[str, Any]]) -> dict[str, float | None]:
+    """Each figure's mean over the cell's round rows that have it (None where none has)."""
+    out = {}
+    for key in DIAGNOSTICS:
+        values = [row[key] for node in nodes for row in node["rows"] if row.get(key) is not None]
+        out[key] = mean(values) if values else None
+    return out
 
 
 def _rounds_per_hour(nodes: list[dict[str, Any]]) -> float | None:

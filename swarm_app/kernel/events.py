@@ -65,6 +65,26 @@ class RoundMetrics:
     rollouts_sent: int | None = None
     rollouts_accepted: int | None = None
     rollouts_rejected: int | None = None
+    # Own versus external groups in the update (training/diagnostics.py defines each); None when a round
+    # has no such group or the engine reports no per-sample figures.
+    logp_own: float | None = None
+    """Mean log-prob per token of own completions under this node's policy at the round's start."""
+    logp_external: float | None = None
+    """The same for peers' completions: how off-policy they are here."""
+    clipped_own: float | None = None
+    """Share of own samples' tokens the clip cut, over the update's steps."""
+    clipped_external: float | None = None
+    advantage_own: float | None = None
+    """Mean |advantage| of the completions of own groups with a reward spread."""
+    advantage_external: float | None = None
+    signal_own: float | None = None
+    """Share of own groups with a reward spread."""
+    signal_external: float | None = None
+    """Share of the peers' groups re-scored this round that had a reward spread."""
+    external_checked: int | None = None
+    """Valid peers' groups re-scored this round (those without a spread are dropped); None when J = 0."""
+    reward_local_on_external_tasks: float | None = None
+    """This node's own mean reward this round on the datasets of the peers' groups it used."""
 
     @property
     def external_signal_share(self) -> float | None:

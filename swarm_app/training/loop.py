@@ -29,6 +29,7 @@ from swarm_app.kernel.events import (
     RoundMetrics,
 )
 from swarm_app.kernel.rollouts import Rollout, RolloutExchange
+from swarm_app.training.diagnostics import round_diagnostics
 from swarm_app.training.evaluation import EvalResult, evaluate
 from swarm_app.training.grpo import group_advantages, has_signal, weigh_negatives
 
@@ -95,14 +96,17 @@ class Trainer:
         for group in own:
             if has_signal(group.rewards):  # every peer drops a group without a reward spread unread
                 self._publish(group.rollout)
-        external = self._take_external(t)
+        external, checked = self._take_external(t)
         if self.stop_requested.is_set():
             raise RoundAbandoned(t)
         train_started = time.perf_counter()
-        stats = self._update(own, external, lambda done, total: self.report(PhaseProgress(t, "training", done, total)))
+        training_set = self._training_set(own, external)
+        stats = self._train(training_set, lambda done, total: self.report(PhaseProgress(t, "training", done, total)))
         for group in external:
             self.exchange.record_used(group.rollout, mean([abs(a) for a in group.advantages]))
         metrics = self._metrics(t, own, external, stats, gen_s, time.perf_counter() - train_started)
+        metrics = dataclasses.replace(metrics, external_checked=checked if self.plan.external else None,
+                                      **round_diagnostics(own, external, checked, [peer for _, peer in training_set], stats))
         if self.plan.eval_every and t % self.plan.eval_every == 0 and not self.stop_requested.is_set():
             metrics = self._with_evaluation(metrics)
         return dataclasses.replace(metrics, round_s=round(time.perf_counter() - started, 3))
@@ -160,28 +164,39 @@ class Trainer:
         if self.exchange is not None:
             self.exchange.publish(rollout)
 
-    def _take_external(self, t: int) -> list[ScoredGroup]:
+    def _take_external(self, t: int) -> tuple[list[ScoredGroup], int]:
+        """The peers' groups to train on (re-scored, with a reward spread) and how many valid peer groups were
+        re-scored to find them."""
         if self.exchange is None or self.plan.external == 0:
-            return []
+            return [], 0
         kept: list[ScoredGroup] = []
+        checked = 0
         for _ in range(EXTERNAL_TRIES):
             # ask only for what is missing: the exchange hands each rollout out once
             offered = self.exchange.sample(self.plan.external - len(kept))
-            groups = [rescore(rollout) for rollout in offered]
-            kept += [g for g in groups if g is not None and has_signal(g.rewards)]
+            groups = [g for g in map(rescore, offered) if g is not None]
+            checked += len(groups)
+            kept += [g for g in groups if has_signal(g.rewards)]
             if not offered or len(kept) >= self.plan.external:
                 break
-        return kept
+        return kept, checked
+
+    def _training_set(self, own: list[ScoredGroup], external: list[ScoredGroup]) -> list[tuple[TrainSample, bool]]:
+        """One sample per completion with a non-zero advantage, each with whether it came from a peer."""
+        groups = [(g, False) for g in own if self.plan.keep_zero_advantage_local or has_signal(g.rewards)]
+        weight = self.plan.negative_weight
+        return [(TrainSample(g.task.messages(), text, adv), peer)
+                for g, peer in groups + [(g, True) for g in external]
+                for text, adv in zip(g.rollout.completions, weigh_negatives(g.advantages, weight)) if adv != 0.0]
+
+    def _train(self, training_set: list[tuple[TrainSample, bool]], progress):
+        if not training_set:
+            return None  # no group with a reward spread: nothing to learn this round
+        return self.backend.train_step([sample for sample, _ in training_set], progress)
 
     def _update(self, own: list[ScoredGroup], external: list[ScoredGroup], progress):
-        groups = [g for g in own if self.plan.keep_zero_advantage_local or has_signal(g.rewards)] + external
-        weight = self.plan.negative_weight
-        batch = [TrainSample(g.task.messages(), text, adv)
-                 for g in groups for text, adv in zip(g.rollout.completions, weigh_negatives(g.advantages, weight))
-                 if adv != 0.0]
-        if not batch:
-            return None  # no group with a reward spread: nothing to learn this round
-        return self.backend.train_step(batch, progress)
+        """The round's update on these groups (benchmarks/research call it on groups of their own)."""
+        return self._train(self._training_set(own, external), progress)
 
     def _metrics(self, t, own, external, stats, gen_s, train_s) -> RoundMetrics:
         local_rewards = [r for g in own for r in g.rewards]

@@ -80,6 +80,17 @@ def test_the_summary_sums_the_papers_reward_and_pairs_gains_with_the_solo_arm_by
     assert summary["curves"]["4/4"]["heldout"]["mean"] == pytest.approx([0.30, 0.415])
 
 
+def test_the_cell_carries_the_mean_own_and_external_figures_of_the_rows_that_have_them():
+    plan = Plan(2, (Config(4, 4),), 1, 2, 2, 8, 2, 1)
+    cell = _cell("4/4", 0, [0.4, 0.4])
+    cell["nodes"][0]["rows"][0].update(logp_own=-0.5, logp_external=-1.5, signal_external=1.0)
+    cell["nodes"][1]["rows"][1].update(logp_own=-0.7, logp_external=-2.5, signal_external=0.5)
+    figures = summarize(plan, {"accuracy": 0.3, "per_task": {}}, [cell])["cells"]["4-4-seed0"]["own_vs_external"]
+    assert figures["logp_own"] == pytest.approx(-0.6) and figures["logp_external"] == pytest.approx(-2.0)
+    assert figures["signal_external"] == pytest.approx(0.75) and figures["reward_local"] == pytest.approx(0.5)
+    assert figures["clipped_external"] is None  # no row has it
+
+
 def test_a_changed_command_on_the_same_folder_is_refused_and_the_same_one_keeps_every_cell(stub_model, tmp_path, capsys):
     out = tmp_path / "exp"
     fake = ["--backend", "fake", "--model", str(stub_model), "--out", str(out), "--eval-samples", "2"]
