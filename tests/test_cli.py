@@ -27,6 +27,16 @@ def test_version_and_cli_import_load_no_heavy_modules():
     assert result.returncode == 0 and result.stdout.startswith("swarm-app ")
 
 
+def test_cli_import_defers_what_only_a_running_command_needs():
+    """Every `swarm` command (--help too) pays for what cli.py imports: asyncio with ssl, the events (two dozen
+    dataclasses) and the engines' base class, once more than half of that import, wait for the command that
+    uses them."""
+    code = ("import sys, swarm_app.cli; later = {'asyncio', 'ssl', 'swarm_app.kernel.events', 'backends.base'}; "
+            "print(sorted(later & set(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
 @pytest.fixture
 def existing_run(tmp_path):
     """A run folder with content that bad input must leave untouched."""

@@ -7,7 +7,6 @@ apply here as in `swarm run`) and the choice of view; swarm_app/session/local_sw
 from __future__ import annotations
 
 import argparse
-import asyncio
 from pathlib import Path
 
 from swarm_app.commands import flags
@@ -47,6 +46,8 @@ def main(args: argparse.Namespace) -> int:
         with logs.terminal_owned_by_tui():
             summaries = _run_in_tui(settings, args.nodes, out_dir, backends)
     else:
+        import asyncio  # deferred: every `swarm` command imports this module to build its parser
+
         summaries = asyncio.run(_run_headless(settings, args.nodes, out_dir, backends))
     print(format_summary(summaries))
     return 1 if any(s.error for s in summaries) else 0
@@ -66,6 +67,8 @@ async def _run_headless(settings, nodes: int, out_dir: Path, backends: tuple[str
 def _run_in_tui(settings, nodes: int, out_dir: Path, backends: tuple[str, ...]) -> list:
     """Every node in one TUI, `n` switches: each session is subscribed as node i as its model loads and
     its request methods become node i's controls, so p, s and e act on the node shown and q stops them all."""
+    import asyncio
+
     from swarm_app.session.local_swarm import run_demo_swarm
     from swarm_app.tui.app import SwarmApp
 

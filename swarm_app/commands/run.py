@@ -8,7 +8,6 @@ steps; the TUI owns the terminal while it runs.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import sys
 
@@ -32,6 +31,8 @@ def main(args: argparse.Namespace) -> int:
     settings = flags.load_settings_for(args)
     if args.gpus:
         return _run_per_gpu(args, settings)
+    import asyncio  # deferred, as all the work: every `swarm` command imports this module to build its parser
+
     from swarm_app.session.session import Session
 
     logs.to_file()
@@ -60,6 +61,8 @@ def wants_tui(settings) -> bool:
 
 
 async def _run_until_stopped(session) -> None:
+    import asyncio
+
     from swarm_app.kernel.stopping import on_stop_signals
     from swarm_app.watch.service import watched
 
@@ -72,6 +75,8 @@ async def _run_until_stopped(session) -> None:
 
 
 def _run_per_gpu(args: argparse.Namespace, settings) -> int:
+    import asyncio
+
     from swarm_app.kernel.hardware import detect
     from swarm_app.session.multi_gpu import parse_gpus, plan_nodes, run_nodes, without_gpus_flag
     from swarm_app.session.setup import run_dir_of

@@ -7,7 +7,6 @@ same TUI as `swarm run`, without controls, or as the headless lines with `--no-u
 from __future__ import annotations
 
 import argparse
-import asyncio
 import time
 from pathlib import Path
 from typing import Callable
@@ -15,7 +14,6 @@ from typing import Callable
 from swarm_app.commands import flags
 from swarm_app.kernel import logs
 from swarm_app.kernel.errors import SwarmError
-from swarm_app.kernel.events import LogRecorded
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -33,6 +31,8 @@ def main(args: argparse.Namespace) -> int:
 
 def watch(run_dir: Path, ui: bool, log_format: str = "text") -> int:
     """The command: 0 when the user quits (TUI) or the node stopped (--no-ui)."""
+    import asyncio  # deferred: every `swarm` command imports this module to build its parser
+
     try:
         return asyncio.run(watch_in_tui(run_dir) if ui else print_events(run_dir, log_format))
     except KeyboardInterrupt:
@@ -68,6 +68,10 @@ async def watch_in_tui(run_dir: Path) -> int:
 
 async def feed(stream, deliver: Callable) -> None:
     """The TUI's source: events until the stream ends, then the screen stays until the user quits."""
+    import asyncio
+
+    from swarm_app.kernel.events import LogRecorded  # deferred: two dozen dataclasses, which `swarm --help` skips
+
     async for event in stream.events():
         deliver(event)
     if not stream.stopped:
