@@ -4,14 +4,19 @@ Automatic choice: CUDA > Apple MLX > llama.cpp > torch CPU, among the engines re
 on this machine (an engine's module imports nothing heavy, so reading its flags is cheap). Training runs
 only pick engines with `supports_training`; a checkpoint resumes only on an engine with the same
 adapter format.
+Cheap to import: swarm_app/kernel/settings.py lists ENGINES for `--backend`, and every `swarm` command
+(`--help` too) imports the settings, so base.py (the contract's classes, most of them dataclasses) is
+imported only once an engine is looked up.
 """
 
 from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from backends.base import Backend, BackendError, EngineBroken, Hardware, ModelSpec
+if TYPE_CHECKING:
+    from backends.base import Backend, Hardware, ModelSpec
 
 ENGINES: dict[str, str] = {
     "torch": "backends.torch.engine:TorchBackend",
@@ -42,6 +47,8 @@ def names() -> list[str]:
 
 
 def backend_class(name: str) -> type[Backend]:
+    from backends.base import BackendError
+
     if name not in ENGINES:
         raise BackendError(f"unknown backend {name!r}; choose one of: auto, {', '.join(ENGINES)}")
     module_name, _, class_name = ENGINES[name].partition(":")
@@ -67,6 +74,8 @@ def auto_order(hw: Hardware) -> list[str]:
 
 def choose(requested: str, hw: Hardware, *, training: bool = True) -> tuple[str, str]:
     """(engine name, why) for `requested` ("auto" or a name); `training` excludes generate-only engines."""
+    from backends.base import BackendError
+
     if requested != "auto":
         cls = backend_class(requested)
         ok, why = cls.is_available(hw)
@@ -115,6 +124,8 @@ def create(name: str) -> Backend:
 def load(name: str, spec: ModelSpec) -> Backend:
     """A created engine with `spec` loaded. An engine whose own libraries fail to import or load (a broken
     install, a missing shared library) raises EngineBroken; everything else the engine raises stays."""
+    from backends.base import EngineBroken
+
     try:
         engine = create(name)
         engine.load(spec)
