@@ -8,8 +8,10 @@ publish nothing valid of their own.
   back, or with a wrong answer (ground truth), and every `flood_every_s` a flood of 300 pushes. Every
   crafted id is remembered: `accepted` counts those some honest node admitted (the target is 0).
 - "eclipse": hostile nodes are servers that answer every pull with nothing, push nothing, and whose
-  /peers answer lists only hostile addresses (32 at random, all marked verified): announcements alone,
-  trying to fill honest nodes' books and outbound links.
+  /peers answer lists only hostile addresses: the records of 28 hostile nodes at random, each signed by
+  its own key (an attacker holds all of them), and 4 forged records naming honest nodes' ids at hostile
+  addresses (one signed by the hostile key over the honest key, one whose id is not its key's), which
+  honest nodes must refuse: announcements alone, trying to fill honest nodes' books and outbound links.
 """
 
 from __future__ import annotations
@@ -20,14 +22,17 @@ from typing import Any
 
 import rfc8785
 
-from benchmarks.swarm.network import Network, SimNode
+from benchmarks.swarm.network import SWARM, Network, SimNode
 from benchmarks.swarm.workload import sim_rollout
 from swarm_app.peer.core.actions import Action, Send
-from swarm_app.peer.core.identity import Identity
+from swarm_app.peer.core.identity import Identity, b64url
+from swarm_app.peer.core.records import MAX_RECORDS, RECORD_LIFETIME_MS, RECORD_PREFIX, NodeRecord, sign_record
 from swarm_app.peer.core.wire import SIGNATURE_PREFIX, SignedRollout, body_dict, sign_rollout
 
 MODES = ("attack", "eclipse")
 FLOOD = 300
+FORGED = 4
+"""Forged records in each eclipse answer; the rest of the 32 are hostile nodes' own."""
 
 
 class Hostile:
@@ -42,6 +47,7 @@ class Hostile:
         self.sent = 0
         self._items: dict[int, list[dict[str, str]]] = {}
         self._victims: dict[int, tuple[Identity, float]] = {}
+        self._records: dict[int, NodeRecord] = {}
         network.hostile = self
 
     def start(self, node: SimNode, victim: Identity) -> None:
@@ -67,12 +73,33 @@ class Hostile:
                 kept.append(action)
         return kept
 
-    def peer_list(self, node: SimNode) -> list[dict[str, Any]]:
+    def peer_list(self, node: SimNode) -> dict[str, list[Any]]:
         if self.mode != "eclipse":
-            return node.core.peer_list()
+            return node.core.peer_list(self.network.now)
         others = [n for n in self.network.nodes if n.role == "eclipse" and n.online and n is not node]
-        chosen = self.rng.sample(others, min(32, len(others)))
-        return [{"node": n.core.node_id, "addr": n.addr, "verified": True} for n in chosen]
+        chosen = self.rng.sample(others, min(MAX_RECORDS - FORGED, len(others)))
+        items = [self._record(n).to_item() for n in chosen] + self._forged(node)
+        return {"records": items, "peers": [{"node": n.core.node_id, "addr": n.addr, "verified": True} for n in chosen]}
+
+    def _record(self, node: SimNode) -> NodeRecord:
+        """A hostile node's own record, signed with its own key: what any node can make of itself."""
+        now_ms, record = int(self.network.now * 1000), self._records.get(node.index)
+        if record is None or now_ms >= record.expires_ms - RECORD_LIFETIME_MS // 2:
+            record = self._records[node.index] = sign_record(node.core.identity, SWARM, [node.addr], True, now_ms)
+        return record
+
+    def _forged(self, node: SimNode) -> list[dict[str, str]]:
+        """Records naming honest nodes' ids at `node`'s address; no hostile key can sign them validly."""
+        honest = [n for n in self.network.nodes if n.role == "honest"]
+        now_ms, own = int(self.network.now * 1000), node.core.identity
+        items = []
+        for k, victim in enumerate(self.rng.sample(honest, min(FORGED, len(honest)))):
+            key = victim.core.identity.public_key if k % 2 == 0 else own.public_key  # else: id is not the key's
+            body = rfc8785.dumps({"v": 1, "node": victim.core.node_id, "key": b64url(key), "swarm": SWARM,
+                                  "addrs": [node.addr], "reachable": True, "issued_ms": now_ms,
+                                  "expires_ms": now_ms + RECORD_LIFETIME_MS})
+            items.append({"body": body.decode(), "sig": b64url(own.sign(RECORD_PREFIX + body))})
+        return items
 
     # --- the attack
 

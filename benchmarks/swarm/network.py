@@ -11,7 +11,8 @@ latency, loss and hellos' nonces from one more. What the network models, and not
   between them are cut, dials and peer-list fetches time out);
 - leaving: a node that goes offline closes nothing politely (its peers see the links drop);
 - dial-back: what the shells do with POST /dialback (swarm_app/peer/core/reachability.py): the first
-  peers a node connects to try to reach it; each that can marks its address verified.
+  peers a node connects to try to reach it; each that can marks its address verified, and the node
+  signs its record (swarm_app/peer/core/records.py) for that address.
 Dials run the real hello handshake (messages.py), peer lists and HTTP pulls are answered by the target's
 core. A node's `role` other than "honest" hands its outgoing traffic to `hostile` (hostile.py) first.
 Tests use it through tests/peer/sim.py; benchmarks/swarm_sim.py builds scenarios on it.
@@ -29,6 +30,7 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from swarm_app.kernel.swarms import DEFAULT_SWARM as SWARM
 from swarm_app.kernel.tasks import regenerate, score
 from swarm_app.peer.core.actions import Action, Admitted, Close, Dial, FetchPeers, HttpPull, Send
 from swarm_app.peer.core.addressbook import AddressBook
@@ -130,7 +132,7 @@ class Network:
         admission = Admission(pool, SeenCache(65536, self.limits.past_ms), self.limits, self._regenerate,
                               self.sources, self._score)
         book = AddressBook(rng, per_network=self.sources.addresses_per_network)
-        core = NodeCore(identity, admission, self.config, PeerBook(ScorePolicy(), rng), book, rng)
+        core = NodeCore(identity, admission, self.config, PeerBook(ScorePolicy(), rng), book, rng, SWARM)
         ip = node_ip(index)
         node = SimNode(index, core, f"{ip}:{PORT}", ip, reachable, True, role, self.now, delay_s=delay_s)
         core.mark_own_address(node.addr)
@@ -229,18 +231,19 @@ class Network:
         target = self.by_addr.get(addr)
         if self.can_reach(node, target):
             listed = self.peer_list_of(target)
-            self.schedule(2 * (node.delay_s + target.delay_s), self._peers_arrived, node, listed)
+            self.schedule(2 * (node.delay_s + target.delay_s), self._peers_arrived, node, listed, addr)
 
-    def peer_list_of(self, node: SimNode) -> list[dict[str, Any]]:
+    def peer_list_of(self, node: SimNode) -> dict[str, list[Any]]:
+        """The node's GET /peers answer: signed records, and the unsigned entries older nodes read."""
         if node.role != "honest" and self.hostile is not None:
             return self.hostile.peer_list(node)
-        entries = node.core.peer_list()
-        self.observer.listed(node, entries)
-        return entries
+        answer = node.core.peer_list(self.now)
+        self.observer.listed(node, answer["peers"])
+        return answer
 
-    def _peers_arrived(self, node: SimNode, listed: list[dict[str, Any]]) -> None:
+    def _peers_arrived(self, node: SimNode, answer: dict[str, list[Any]], addr: str) -> None:
         if node.online:
-            node.core.on_peer_list(listed)
+            node.core.on_peer_list(answer, self.now, addr)
 
     def _http_pull(self, node: SimNode, action: HttpPull) -> None:
         target = self.by_addr.get(action.addr)
@@ -322,8 +325,8 @@ class Network:
     def _dial_back(self, client: SimNode, helper: SimNode) -> None:
         """What the shells do with dial-back (POST /dialback, GET /probe): the first `dialback_checks`
         peers a node connects to try to reach it at its address; each that can marks the address
-        verified, and after two confirmations the node knows it is reachable (after `dialback_checks`
-        failures, that it is not)."""
+        verified and tells the node where it reached it (the address of its signed record), and after two
+        confirmations the node knows it is reachable (after `dialback_checks` failures, that it is not)."""
         asked, reached = self._dialbacks.get(client.index, (0, 0))
         if asked >= self.dialback_checks:
             return
@@ -331,6 +334,7 @@ class Network:
         if self.can_reach(helper, client):
             reached += 1
             helper.core.verify_address(client.addr, client.core.node_id)
+            client.core.set_dialable([client.addr])
         self._dialbacks[client.index] = (asked, reached)
         if reached >= 2:
             client.core.set_reachable(True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
+from collections import Counter
 from typing import Any
 
 from benchmarks.swarm.measure import FRESH_S, live_through, quantile
@@ -104,6 +105,9 @@ def hostile_figures(run: Run) -> dict[str, Any]:
                         "hostile_outbound_share_max": _round(rec.hostile_outbound_max),
                         "hostile_outbound_share_end_max": _round(rec.hostile_outbound_end),
                         "hostile_saved_share_max": _round(rec.hostile_saved_max)})
+    refused: Counter[str] = sum((n.core.exchange.rejected for n in run.net.nodes if n.role == "honest"), Counter())
+    if refused:
+        figures["records_refused"] = dict(sorted(refused.items()))
     return figures
 
 

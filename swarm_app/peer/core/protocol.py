@@ -21,10 +21,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from swarm_app.kernel.rollouts import Rollout
+from swarm_app.kernel.swarms import DEFAULT_SWARM
 from swarm_app.kernel.tasks import HELDOUT_SEED
 from swarm_app.peer.core.actions import Action, Admitted, Close, Dial, FetchPeers, HttpPull, Send
 from swarm_app.peer.core.addressbook import AddressBook, format_address, parse_address
 from swarm_app.peer.core.admission import Accepted, Admission
+from swarm_app.peer.core.exchange import PeerExchange
 from swarm_app.peer.core.identity import Identity
 from swarm_app.peer.core.limits import ProtocolConfig
 from swarm_app.peer.core.messages import MAX_HAVE, Bye, MessageError, Pull, Push, Sample, decode_frame, fit_items
@@ -37,10 +39,6 @@ from swarm_app.peer.core.wire import WireError, item_from_json, parse_body, sign
 
 log = logging.getLogger(__name__)
 
-MAX_EXCHANGE = 64
-"""Entries looked at in one peer list."""
-PEER_LIST_MAX = 32
-"""Entries in this node's own peer list."""
 LATE_PULLS = 16
 """Timed-out pull ids remembered per connection (one pull per 10 s: minutes of a slow peer)."""
 
@@ -78,7 +76,7 @@ SHELL_EVENTS = ("send_dropped", "dial_failures", "http_malformed")
 
 class NodeCore:
     def __init__(self, identity: Identity, admission: Admission, config: ProtocolConfig, peers: PeerBook,
-                 addresses: AddressBook, rng: random.Random) -> None:
+                 addresses: AddressBook, rng: random.Random, swarm: str = DEFAULT_SWARM) -> None:
         limits = admission.limits
         if limits.author_rate < config.author_rate or limits.author_burst < config.author_burst:
             raise ValueError("the per-author admission budget is below what an honest author may send; "
@@ -94,6 +92,10 @@ class NodeCore:
         self.heard: OrderedDict[str, int] = OrderedDict()
         self.counters: Counter[str] = Counter()
         self.rejected: Counter[str] = Counter()
+        self.exchange = PeerExchange(identity, swarm, addresses, rng, self.counters, take=config.exchange_take,
+                                     record_ask_s=config.exchange_interval_s / 30,
+                                     ask_again_s=4 * config.exchange_interval_s)
+        """Peer exchange: this node's signed record, the records it relays, what it takes (exchange.py)."""
         self._seq = 0
         self._pull_id = 0
         self._next_pull = self._next_exchange = self._next_rotate = self._next_expire = self._next_standing = 0.0
@@ -119,9 +121,11 @@ class NodeCore:
         if now >= self._next_pull:
             self._next_pull = now + self.config.pull_interval_s * self.rng.uniform(0.9, 1.1)
             actions += self._pull(now)
-        if now >= self._next_exchange and (listers := self._verified_neighbours()):
+        if now >= self._next_exchange and (lister := self.exchange.pick_lister(self.conns.values(), now)):
             self._next_exchange = now + self.config.exchange_interval_s
-            actions.append(FetchPeers(self.rng.choice(listers)))
+            actions.append(FetchPeers(lister))
+        elif missing := self.exchange.missing_record(self.conns.values(), now):
+            actions.append(FetchPeers(missing))
         if now >= self._next_rotate:
             self._next_rotate = now + self.config.rotate_interval_s
             actions += self._rotate(now)
@@ -240,16 +244,6 @@ class NodeCore:
                     del conn.pending[req]
                     conn.timed_out.append(req)
                     self.counters["pull_timeouts"] += 1
-
-    def _verified_neighbours(self) -> list[str]:
-        """Addresses of the neighbours whose peer lists can be fetched: the outbound ones, and inbound
-        ones whose address was verified (a node many dial, such as a bootstrap, learns from those)."""
-        listers = []
-        for c in self.conns.values():
-            state = self.addresses.get(c.addr) if c.addr else None
-            if c.addr and (c.direction == "out" or (state is not None and state.verified)):
-                listers.append(c.addr)
-        return listers
 
     # --- connections
 
@@ -533,21 +527,20 @@ class NodeCore:
         record.used += 1
         record.advantage_sum += mean_advantage
 
-    # --- discovery
+    # --- discovery (exchange.py decides)
 
-    def on_peer_list(self, entries: Any) -> int:
-        """Addresses from a peer's GET /peers answer; returns how many were new. Only entries the peer
-        verified (dialed itself), and at most `exchange_take` new ones from one answer, chosen at random:
-        a poisoned list adds a few addresses to the book, not a book's worth."""
-        offered = []
-        for entry in (entries if isinstance(entries, list) else [])[:MAX_EXCHANGE]:
-            if not isinstance(entry, dict) or not isinstance(entry.get("addr"), str) or len(entry["addr"]) > 300:
-                continue
-            node = entry.get("node") if isinstance(entry.get("node"), str) and len(entry["node"]) <= 64 else None
-            if node != self.node_id and entry.get("verified") is True and entry["addr"] not in self.addresses:
-                offered.append((entry["addr"], node))
-        taken = self.rng.sample(offered, min(len(offered), self.config.exchange_take))
-        return sum(self.addresses.add(addr, "exchange", node) is not None for addr, node in taken)
+    def on_peer_list(self, answer: Any, now: float, addr: str | None = None) -> int:
+        """The GET /peers answer of `addr`: its signed records are checked, bad ones counted and dropped, and
+        at most `exchange_take` new addresses taken; returns how many."""
+        return self.exchange.take(answer, now, addr)
+
+    def peer_list(self, now: float) -> dict[str, list[Any]]:
+        """This node's answer to GET /peers: its own record and those of peers whose address it verified."""
+        return self.exchange.answer([c.peer for c in self._outbound()], now)
+
+    def load_peer_table(self, data: Any) -> int:
+        """Addresses saved by an earlier run (the peer table's JSON); returns how many were taken."""
+        return self.exchange.load_table(data)
 
     # --- what the I/O shell reports, asks for and changes: it calls these and never writes core state
 
@@ -576,7 +569,11 @@ class NodeCore:
 
     def set_reachable(self, reachable: bool | None) -> None:
         """What dial-back found: peers can dial this node (True), cannot (False), or not known yet (None)."""
-        self.reachable = reachable
+        self.reachable = self.exchange.reachable = reachable
+
+    def set_dialable(self, addrs: list[str]) -> None:
+        """The addresses dial-back reached this node at ([] while none): its signed record names them."""
+        self.exchange.set_dialable(addrs)
 
     def set_sharing(self, share: bool) -> None:
         """Push own rollouts to peers (True) or keep them (False), from the next one on."""
@@ -595,20 +592,6 @@ class NodeCore:
         """Dial-back reached `addr` (the shell checked it): it may be advertised, dialed and saved."""
         if node_id != self.node_id:
             self.addresses.verify(addr, node_id)
-
-    def load_peer_table(self, data: Any) -> int:
-        """Addresses saved by an earlier run (the peer table's JSON); returns how many were taken."""
-        return self.addresses.load_json(data)
-
-    def peer_list(self, limit: int = PEER_LIST_MAX) -> list[dict[str, Any]]:
-        """This node's answer to GET /peers: verified addresses only (outbound neighbours, then a random
-        sample of the addresses this node reached or dial-back confirmed, so newcomers get listed too);
-        never an address an inbound peer merely announced, so nothing spreads that nobody could dial."""
-        listed = [{"node": c.peer, "addr": c.addr, "verified": True} for c in self._outbound() if c.addr][:limit]
-        seen = {e["addr"] for e in listed}
-        others = [s for s in self.addresses.advertised() if s.addr not in seen]
-        picked = self.rng.sample(others, min(len(others), limit - len(listed)))
-        return listed + [{"node": s.node_id, "addr": s.addr, "verified": True} for s in picked]
 
 
 def _host_of(addr: str) -> str:

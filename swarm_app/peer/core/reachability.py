@@ -16,7 +16,11 @@ gave that helper: a lying helper can make a node believe it is unreachable (it t
 works) but never that it is reachable. `Reachability` turns answers into a verdict: reachable after
 `confirmations` distinct networks (/24, /48; distinct addresses where `by_address`, for nodes that all live
 on loopback) confirmed, unreachable after `failures` distinct networks could not, and the check starts over
-every `recheck_s`. `DialbackDoor` is the helper's rate limit, per requester address and in total.
+every `recheck_s`. It also keeps the address each confirming helper reached the node at (`dialable`): the
+addresses of the node's signed record (records.py). One confirmation is enough to sign one, so that nodes
+that all join at once can list each other: a helper cannot fake a confirmation, only name a wrong address,
+and an address named by fewer helpers than another is dropped. `DialbackDoor` is the helper's rate limit,
+per requester address and in total.
 
 Sans-IO like the core: time comes in as an argument, randomness from the caller's `random.Random`; nothing
 here opens a socket. The I/O shell (peer/io/reachability.py) runs the requests and calls
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import os
 import random
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,6 +89,9 @@ class Reachability:
         """Network (or address) -> when a helper there dialed this node back."""
         self.failed: dict[str, float] = {}
         """Network (or address) -> when a helper there could not."""
+        self.named: dict[str, str] = {}
+        """Network (or address) of a confirming helper -> the address it reached this node at."""
+        self._named_before: list[str] = []
         self._asked: dict[str, float] = {}
         self._next_ask = 0.0
         self._verdict_at: float | None = None
@@ -109,11 +117,14 @@ class Reachability:
         self._next_ask = now + self.policy.ask_every_s
         return chosen
 
-    def on_answer(self, helper_ip: str, reached: bool, now: float) -> bool | None:
-        """A helper at `helper_ip` dialed this node back (`reached`) or could not; returns the status."""
+    def on_answer(self, helper_ip: str, reached: bool, now: float, addr: str = "") -> bool | None:
+        """A helper at `helper_ip` dialed this node back at `addr` (`reached`) or could not; returns the status."""
         key = self.key_of(helper_ip)
         (self.confirmed if reached else self.failed)[key] = now
         (self.failed if reached else self.confirmed).pop(key, None)
+        self.named.pop(key, None)
+        if reached and addr:
+            self.named[key] = addr
         if len(self.confirmed) >= self.policy.confirmations:
             self._decide(True, now)
         elif len(self.failed) >= self.policy.failures:
@@ -127,12 +138,26 @@ class Reachability:
         if busy:
             self._asked.pop(helper, None)
 
+    def dialable(self, most: int = 4) -> list[str]:
+        """The addresses helpers reached this node at, those named by the most helpers only (at most
+        `most`); none once the verdict is "unreachable". While a re-check has no confirmation yet, those of
+        the last check."""
+        if self.status is False:
+            return []
+        if not self.named:
+            return self._named_before
+        votes = Counter(self.named.values())
+        best = max(votes.values())
+        return [addr for addr, count in votes.items() if count == best][:most]
+
     def _decide(self, reachable: bool, now: float) -> None:
         self.status, self._verdict_at = reachable, now
 
     def _maybe_start_over(self, now: float) -> None:
         if self._verdict_at is not None and now >= self._verdict_at + self.policy.recheck_s:
             self._verdict_at = None
+            self._named_before = self.dialable()
+            self.named.clear()
             self.confirmed.clear()
             self.failed.clear()
             self._asked.clear()

@@ -126,9 +126,10 @@ async def read_limited(resp: aiohttp.ClientResponse, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-async def fetch_peers(session: aiohttp.ClientSession, addr: str, timeout_s: float) -> list[Any]:
+async def fetch_peers(session: aiohttp.ClientSession, addr: str, timeout_s: float) -> dict[str, Any]:
+    """The GET /peers answer as it came ({} when it is not an object): the core checks its records."""
     data = await get_json(session, f"{base_url(addr)}/peers", timeout_s)
-    return data.get("peers", []) if isinstance(data, dict) else []
+    return data if isinstance(data, dict) else {}
 
 
 async def fetch_sample(session: aiohttp.ClientSession, addr: str, have: dict[str, int], limit: int,

@@ -36,6 +36,8 @@ COUNTERS = {
     "unshared": "Own rollouts kept because sharing is off",
     "own_rejected": "Own rollouts that failed this node's own admission checks (not shared)",
     "inbound_evicted": "Idle inbound peers closed to make room for a newcomer",
+    "records_received": "Signed node records from peer lists that passed every check",
+    "records_signed": "Own node records signed (on reaching a new address, and at half of each one's life)",
 }
 
 
@@ -53,6 +55,11 @@ class NodeCollector:
         for reason, count in sorted(core.rejected.items()):
             rejected.add_metric([reason], count)
         yield rejected
+        records = CounterMetricFamily("rsp_records_rejected", "Node records in peer lists refused, by reason",
+                                      labels=["reason"])
+        for reason, count in sorted(core.exchange.rejected.items()):
+            records.add_metric([reason], count)
+        yield records
         neighbours = GaugeMetricFamily("rsp_neighbours", "Open peer connections", labels=["direction"])
         for direction in ("in", "out"):
             neighbours.add_metric([direction], sum(c.direction == direction for c in core.conns.values()))

@@ -5,7 +5,8 @@ writes websockets (one bounded send queue and writer task per connection), runs 
 mDNS and the peer table, and carries out the core's actions. `publish`, `sample` and `record_used`
 are safe to call from the training thread and never block or raise: work crosses to the loop with
 call_soon_threadsafe, and the pool has its own lock. It makes no protocol decision of its own.
-It also runs the dial-back check (peer/io/reachability.py), whose verdict goes to `NodeCore.set_reachable`,
+It also runs the dial-back check (peer/io/reachability.py), whose verdict goes to `NodeCore.set_reachable`
+and the addresses it reached this node at to `NodeCore.set_dialable` (what its signed record names),
 and keeps the refusals of hellos from other swarms and older versions (`refusals`) for the log and views.
 
 Constructor (what the session calls):
@@ -101,7 +102,7 @@ class PeerNode:
         addresses = AddressBook(self.rng, backoff_base_s=1.0, backoff_max_s=300.0,
                                 per_network=config.sources.addresses_per_network)
         self.core = NodeCore(identity, admission, config.protocol, PeerBook(config.scores, self.rng),
-                             addresses, self.rng)
+                             addresses, self.rng, config.swarm)
         self.gate = ConnectionGate(config.connections_per_ip,
                                    min(config.max_connections, descriptor_budget(soft_descriptor_limit())))
         """Caps on open server connections (all HTTP, websockets included), shared by both servers."""
@@ -128,8 +129,9 @@ class PeerNode:
         self.refusals: Counter[str] = Counter()
         """Hellos refused either way, by reason ("swarm 'x' != 'easy'", an older swarm-app)."""
         verdict = (lambda status: None) if config.local_only else self.core.set_reachable
+        dialable = (lambda addrs: None) if config.local_only else self.core.set_dialable
         self.dialback = DialBack(identity, config.reachability, config.dialback, random.Random(self.rng.random()),
-                                 clock, verdict, self._dialed_back)
+                                 clock, verdict, self._dialed_back, dialable)
         for addr in config.bootstrap:
             self.core.add_address(addr, "bootstrap")
 
@@ -191,6 +193,8 @@ class PeerNode:
         self.address = format_address(host, bound_port)
         for own_host in {host, "127.0.0.1", "localhost", "0.0.0.0"}:
             self.core.mark_own_address(format_address(own_host, bound_port))
+        if self.config.local_only:  # every node runs on this machine: the bound address is where they dial it
+            self.core.set_dialable([self.address])
         if self.config.metrics_listen:
             metrics_host, metrics_port = parse_address(self.config.metrics_listen)
             metrics = await self._serve_app(server.metrics_app(self), metrics_host, metrics_port, "--metrics-listen")
@@ -557,11 +561,11 @@ class PeerNode:
     async def _fetch_peers(self, addr: str) -> None:
         assert self._session is not None
         try:
-            entries = await client.fetch_peers(self._session, addr, self.config.request_timeout_s)
+            answer = await client.fetch_peers(self._session, addr, self.config.request_timeout_s)
         except client.PeerUnavailable as exc:
             log.debug("peer exchange with %s failed: %s", addr, exc)
             return
-        self.core.on_peer_list(entries)
+        self.core.on_peer_list(answer, self.clock(), addr)
 
     async def _http_pull(self, action: HttpPull) -> None:
         assert self._session is not None

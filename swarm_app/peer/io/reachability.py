@@ -36,6 +36,7 @@ from swarm_app.peer.core.reachability import (
     probe_answer,
     probe_proves,
 )
+from swarm_app.peer.core.records import is_dial_address
 from swarm_app.peer.io import client
 
 log = logging.getLogger(__name__)
@@ -54,11 +55,13 @@ class DialBack:
 
     def __init__(self, identity: Identity, policy: ReachabilityPolicy, limits: DialbackLimits,
                  rng: random.Random, clock: Callable[[], float], on_verdict: Callable[[bool | None], None],
-                 on_verified: Callable[[str, str], None] = lambda addr, node: None) -> None:
+                 on_verified: Callable[[str, str], None] = lambda addr, node: None,
+                 on_dialable: Callable[[list[str]], None] = lambda addrs: None) -> None:
         """`on_verdict(status)`: this node's reachability after each answer. `on_verified(addr, node)`: a
-        dial-back this node made for a requester reached `node` at `addr` (it may be advertised now)."""
+        dial-back this node made for a requester reached `node` at `addr` (it may be advertised now).
+        `on_dialable(addrs)`: after each answer, the addresses helpers reached this node at (its record's)."""
         self.identity, self.policy, self.clock = identity, policy, clock
-        self.on_verdict, self.on_verified = on_verdict, on_verified
+        self.on_verdict, self.on_verified, self.on_dialable = on_verdict, on_verified, on_dialable
         self.state = Reachability(policy, rng)
         self.door = DialbackDoor(limits)
         self.tokens = ProbeTokens()
@@ -150,11 +153,20 @@ class DialBack:
         reached = probed and isinstance(answer, dict) and answer.get("reachable") is True
         self.counters["confirmed" if reached else "failed"] += 1
         before = self.state.status
-        status = self.state.on_answer(_host(helper), reached, self.clock())
+        status = self.state.on_answer(_host(helper), reached, self.clock(), _reached_at(answer, port) if reached else "")
         if status != before:
             _log_verdict(status, port, self.state)
         self.on_verdict(status)
+        self.on_dialable(self.state.dialable())
         return reached, "" if reached else f"{helper} could not dial port {port} back"
+
+
+def _reached_at(answer: dict, port: int) -> str:
+    """The address a helper says it dialed this node back at: "IP:PORT" with the port asked for, else ""."""
+    addr = answer.get("addr")
+    if not isinstance(addr, str) or not is_dial_address(addr):
+        return ""
+    return addr if parse_address(addr)[1] == port else ""
 
 
 def _with_hosts(addrs: list[str]) -> list[tuple[str, str]]:

@@ -1,12 +1,12 @@
 """The RSP/1 aiohttp server: app factory, routes under /rsp/v1, the server side of the hello.
 
-Routes: GET /rsp/v1/info, /rsp/v1/peers, /rsp/v1/sample (HTTP fallback pull), /rsp/v1/ws, POST
-/rsp/v1/dialback and GET /rsp/v1/probe (reachability, peer/io/reachability.py), and /metrics (loopback
-clients only; a separate bind is `metrics_app`). A hello from another swarm is refused with bye `swarm`, one
-of version 1 with bye `version`, before this side signs anything. Handlers only translate between
-HTTP/websocket and the node: every decision is the node core's. No request body is ever read, so
-client_max_size is tiny; websocket messages are capped at 1 MiB, uncompressed (no inflate bombs).
-Background tasks belong to the app (cleanup_ctx) and are cancelled on cleanup.
+Routes: GET /rsp/v1/info, /rsp/v1/peers (signed node records, core/exchange.py), /rsp/v1/sample (HTTP
+fallback pull), /rsp/v1/ws, POST /rsp/v1/dialback and GET /rsp/v1/probe (reachability,
+peer/io/reachability.py), and /metrics (loopback clients only; a separate bind is `metrics_app`). A
+hello from another swarm is refused with bye `swarm`, one of version 1 with bye `version`, before this side
+signs anything. Handlers only translate between HTTP/websocket and the node: every decision is the node
+core's. No request body is ever read, so client_max_size is tiny; websocket messages are capped at 1 MiB,
+uncompressed (no inflate bombs). Background tasks belong to the app (cleanup_ctx) and are cancelled on cleanup.
 
 Output budgets (`OutputBudget`): a /sample answer (up to 1 MiB) counts its bytes as "in flight" from when
 it is built until the client has taken all but the socket's small send buffer of it. Beyond 16 MiB in
@@ -51,6 +51,7 @@ from swarm_app.peer.core.messages import (
 )
 from swarm_app.peer.core.protocol import NodeCore
 from swarm_app.peer.core.ratelimit import BucketMap
+from swarm_app.peer.core.records import RECORD_VERSION
 from swarm_app.peer.core.wire import PROTOCOL_VERSION, WS_MAX_MSG_SIZE
 
 log = logging.getLogger(__name__)
@@ -171,7 +172,8 @@ async def info(request: web.Request) -> web.Response:
         return web.json_response({"error": "rate limited"}, status=429)
     node = request.app[NODE]
     return web.json_response({
-        "protocol": "RSP/1", "v": PROTOCOL_VERSION, "hello": HELLO_VERSION, "swarm": node.config.swarm,
+        "protocol": "RSP/1", "v": PROTOCOL_VERSION, "hello": HELLO_VERSION, "record": RECORD_VERSION,
+        "swarm": node.config.swarm,
         "node": node.node_id, "key": b64url(node.identity.public_key), "listen": node.address,
         "reachable": node.core.reachable, "time_ms": int(node.clock() * 1000), "share": node.config.share,
         "software": f"swarm-app/{__version__}"})
@@ -180,7 +182,8 @@ async def info(request: web.Request) -> web.Response:
 async def peers(request: web.Request) -> web.Response:
     if _limited(request):
         return web.json_response({"error": "rate limited"}, status=429)
-    return web.json_response({"peers": request.app[NODE].core.peer_list()})
+    node = request.app[NODE]
+    return web.json_response(node.core.peer_list(node.clock()))
 
 
 async def dialback(request: web.Request) -> web.Response:

@@ -8,10 +8,13 @@ from types import SimpleNamespace
 
 from benchmarks.swarm.report import simulated
 from benchmarks.swarm.scenario import Run, Scenario
+from swarm_app.kernel.swarms import DEFAULT_SWARM
 from swarm_app.peer.core.actions import Dial, FetchPeers
 from swarm_app.peer.core.addressbook import AddressBook, AddressState
+from swarm_app.peer.core.identity import Identity
 from swarm_app.peer.core.overlay import DecayingCount, pick_dial, rotation_victim
 from swarm_app.peer.core.protocol import ProtocolConfig
+from swarm_app.peer.core.records import MAX_RECORDS, sign_record
 from tests.peer.sim import START, Simulation
 
 
@@ -54,10 +57,14 @@ def test_rotation_never_replaces_the_best_scored_neighbours():
 def test_only_verified_addresses_are_listed_and_only_useful_ones_saved():
     sim = Simulation(3, ProtocolConfig(), seed=2, dialback_checks=0)
     hub = sim.nodes[0].core
+    one = sim.nodes[1]
     sim.dial(1, sim.nodes[0].addr)  # node 1 announced itself inbound: not verified by the hub
-    assert sim.nodes[1].addr not in {e["addr"] for e in hub.peer_list()}
-    hub.verify_address(sim.nodes[1].addr, sim.nodes[1].core.node_id)  # dial-back reached it
-    assert sim.nodes[1].addr in {e["addr"] for e in hub.peer_list()}
+    one.core.set_dialable([one.addr])
+    hub.on_peer_list(one.core.peer_list(sim.now), sim.now)  # the hub holds node 1's own signed record
+    assert one.addr not in {e["addr"] for e in hub.peer_list(sim.now)["peers"]} and len(hub.peer_list(sim.now)["records"]) == 0
+    hub.verify_address(one.addr, one.core.node_id)  # dial-back reached it
+    assert one.addr in {e["addr"] for e in hub.peer_list(sim.now)["peers"]}
+    assert hub.peer_list(sim.now)["records"] == [one.core.exchange.own.to_item()]  # relayed as node 1 signed it
     book = AddressBook(random.Random(0))
     for k in range(6):
         book.add(f"10.0.5.{k}:1", "exchange")
@@ -75,9 +82,12 @@ def test_only_verified_addresses_are_listed_and_only_useful_ones_saved():
 def test_a_poisoned_peer_list_costs_a_few_dials_and_is_forgotten():
     sim = Simulation(1, ProtocolConfig(), seed=3)
     core = sim.nodes[0].core
-    dead = [{"node": None, "addr": f"10.{200 + k // 250}.{k % 250}.1:4747", "verified": True} for k in range(147)]
-    assert core.on_peer_list(dead) == ProtocolConfig().exchange_take
-    assert core.on_peer_list([{"addr": "10.99.0.1:1", "verified": False}]) == 0  # an older node's inbound entry
+    now_ms = int(START * 1000)
+    dead = [sign_record(Identity.generate(), DEFAULT_SWARM, [f"10.{200 + k // 250}.{k % 250}.1:4747"], True, now_ms)
+            for k in range(MAX_RECORDS)]  # validly signed by keys of nodes that are not there
+    assert core.on_peer_list({"records": [r.to_item() for r in dead]}, START) == ProtocolConfig().exchange_take
+    older = {"peers": [{"node": None, "addr": "10.99.0.1:1", "verified": True}]}  # an older node's unsigned entries
+    assert core.on_peer_list(older, START) == 0
     dials, now = 0, START
     while now < START + 45:
         now += 0.25

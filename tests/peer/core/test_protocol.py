@@ -174,9 +174,11 @@ def test_a_busy_node_is_still_asked_for_its_peers_and_exchange_fills_the_book():
     assert a.on_dial_failed("10.0.0.2:4747", sim.now, busy=True) == [FetchPeers("10.0.0.2:4747")]
     sim.dial(2, sim.nodes[1].addr)
     sim.dial(3, sim.nodes[1].addr)
-    a.on_peer_list(sim.nodes[1].core.peer_list())
+    sim.run(2 * FAST.exchange_interval_s)  # node 1 asks its two newcomers for their records
+    a.on_peer_list(sim.nodes[1].core.peer_list(sim.now), sim.now)
     assert {sim.nodes[2].addr, sim.nodes[3].addr} <= {s.addr for s in a.addresses.entries()}
-    assert a.on_peer_list([{"addr": "not an address"}, {"node": a.node_id, "addr": "10.1.1.1:1"}, "junk"]) == 0
+    junk = {"records": [{"body": "{}", "sig": ""}, "junk"], "peers": [{"node": a.node_id, "addr": "10.1.1.1:1"}]}
+    assert a.on_peer_list(junk, sim.now) == 0
 
 
 def test_address_book_parsing_trimming_and_table_round_trip():
