@@ -2,10 +2,10 @@
 
 Layers, bottom up: `identity` (Ed25519 key and node id), `wire` (signed rollout bodies), `pool`
 and `ratelimit` (bounded state), `admission` (sans-IO checks of hostile input), `messages`
-(websocket frames and the hello handshake), `addressbook`, `scores`, `actions` and `protocol` (the
-sans-IO node core: neighbours, push/pull choices, backoff, offender bans), `config`, and the aiohttp
-glue (`server`, `client`, `discovery`, `metrics`, `stats`, `node`). `demo` is what `swarm demo`
-wires; `swarm identity` is swarm_app/commands/identity.py.
+(websocket frames and the hello handshake), `addressbook`, `records` (signed node records) and `exchange`
+(peer exchange), `scores`, `actions` and `protocol` (the sans-IO node core: neighbours, push/pull choices,
+backoff, offender bans), `config`, and the aiohttp glue (`server`, `client`, `discovery`, `metrics`,
+`stats`, `node`). `demo` is what `swarm demo` wires; `swarm identity` is swarm_app/commands/identity.py.
 
 Importing this package must stay cheap: nothing heavy is imported here.
 """

@@ -10,6 +10,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from swarm_app.peer.core.admission import REASONS
 from swarm_app.peer.core.identity import Identity, b64url
 from swarm_app.peer.core.messages import MESSAGE_REASONS, ClientHandshake, ServerHandshake, decode_frame, encode
+from swarm_app.peer.core.records import RECORD_PREFIX, parse_record, sign_record
 from swarm_app.peer.core.wire import SignedRollout, parse_body, sign_rollout, signature_valid
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,6 +32,25 @@ def test_the_documented_test_vector():
     assert sign_rollout(identity, parsed.rollout, parsed.seq, parsed.ts_ms).body == body
     signed = SignedRollout(body, identity.sign(b"RSP/1 rollout\n" + body))
     assert b64url(signed.sig) == sig and signed.id.hex() == rollout_id and signature_valid(parsed, signed)
+
+
+def test_the_documented_record_vector():
+    identity = Identity(Ed25519PrivateKey.from_private_bytes(bytes(range(32))))
+    body = re.search(r"```text\n(.*?)\n```", DOC, re.S).group(1).encode()
+    sig = re.search(r"record sig = ([A-Za-z0-9_-]{86})\n", DOC).group(1)
+    record = sign_record(identity, "easy", ["203.0.113.7:47470"], True, 1_700_000_000_000)
+    assert record.body == body and b64url(record.sig) == sig
+    assert f"one line, {len(body)} bytes)" in DOC
+    assert parse_record(record.to_item(), "easy", 1_700_000_000_000) == record
+    assert RECORD_PREFIX == b"RSP/1 record\n" and '"RSP/1 record\\n" || body)      # the prefix is 13 ASCII' in DOC
+
+
+def test_every_record_rejection_reason_is_in_the_documented_table():
+    source = (ROOT / "swarm_app" / "peer" / "core" / "records.py").read_text(encoding="utf-8")
+    raised = set(re.findall(r'RecordError\("(\w+)"', source)) | {"too_many"}
+    assert {"bad_signature", "wrong_node", "expired", "swarm", "address"} <= raised
+    for reason in raised:
+        assert re.search(rf"\| `{reason}` \|$", DOC, re.M), reason
 
 
 def test_the_documented_hello_runs_between_two_sides():

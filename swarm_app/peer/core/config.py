@@ -50,7 +50,8 @@ class PeerConfig:
     """The gateway's description URL, instead of an SSDP search (tests' fake gateway)."""
     local_only: bool = False
     """Every node of the swarm runs on this machine (`swarm demo`): dial-backs still verify addresses for
-    peer exchange, but no verdict about being reachable from outside is drawn or shown."""
+    peer exchange, and the node's signed record names its bound address, but no verdict about being
+    reachable from outside is drawn or shown."""
     reachability: ReachabilityPolicy = field(default_factory=ReachabilityPolicy)
     """How dial-back decides whether peers can reach this node (core/reachability.py)."""
     dialback: DialbackLimits = field(default_factory=DialbackLimits)
