@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import Any, Iterable
 
 from swarm_app.peer.core.addressbook import AddressBook
+from swarm_app.peer.core.connections import Connection
 from swarm_app.peer.core.identity import Identity
 from swarm_app.peer.core.records import (
     MAX_ADDRS,
@@ -37,9 +38,6 @@ from swarm_app.peer.core.records import (
     parse_record,
     sign_record,
 )
-
-if TYPE_CHECKING:
-    from swarm_app.peer.core.protocol import Connection
 
 
 class PeerExchange:

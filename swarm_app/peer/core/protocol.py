@@ -6,7 +6,9 @@ data plane: publish = sign, file in the pool, push to `push_fanout` random neigh
 unheard authors first); answer pulls from the pool; admit what arrives and penalize what is rejected.
 Callers feed it events (`tick`, `on_frame`, `on_connected`, ...) with the current time and carry out
 the returned actions (actions.py: `Dial`, `Send`, `Close`, `FetchPeers`, `HttpPull`; `Admitted` is a
-notice).
+notice). Its parts live beside it: connections.py (what it keeps of a connection, the inbound slots),
+exchange.py (peer exchange with signed node records), own_rollouts.py (signing its own), overlay.py (which
+neighbours to dial and keep).
 It never reads a clock, sleeps, opens a socket or raises on peer input; randomness comes from the
 injected `random.Random`, so a simulator can run thousands of cores deterministically.
 """
@@ -16,58 +18,28 @@ from __future__ import annotations
 import dataclasses
 import logging
 import random
-from collections import Counter, OrderedDict, deque
-from dataclasses import dataclass, field
+from collections import Counter, OrderedDict
 from typing import Any
 
 from swarm_app.kernel.rollouts import Rollout
 from swarm_app.kernel.swarms import DEFAULT_SWARM
-from swarm_app.kernel.tasks import HELDOUT_SEED
 from swarm_app.peer.core.actions import Action, Admitted, Close, Dial, FetchPeers, HttpPull, Send
 from swarm_app.peer.core.addressbook import AddressBook, format_address, parse_address
 from swarm_app.peer.core.admission import Accepted, Admission
+from swarm_app.peer.core.connections import Connection, InboundSlots
 from swarm_app.peer.core.exchange import PeerExchange
 from swarm_app.peer.core.identity import Identity
 from swarm_app.peer.core.limits import ProtocolConfig
 from swarm_app.peer.core.messages import MAX_HAVE, Bye, MessageError, Pull, Push, Sample, decode_frame, fit_items
 from swarm_app.peer.core.overlay import DecayingCount, pick_dial, rotation_victim, useless
+from swarm_app.peer.core.own_rollouts import OwnRollouts
 from swarm_app.peer.core.pool import PoolEntry
 from swarm_app.peer.core.ratelimit import TokenBucket
 from swarm_app.peer.core.scores import PeerBook, PeerRecord
 from swarm_app.peer.core.sources import prefix_of
-from swarm_app.peer.core.wire import WireError, item_from_json, parse_body, sign_rollout
+from swarm_app.peer.core.wire import WireError, item_from_json
 
 log = logging.getLogger(__name__)
-
-LATE_PULLS = 16
-"""Timed-out pull ids remembered per connection (one pull per 10 s: minutes of a slow peer)."""
-
-
-@dataclass
-class Connection:
-    conn: int
-    peer: str
-    direction: str
-    """"out" (this node dialed) or "in"."""
-    addr: str | None
-    """Where the peer can be dialed: the dialed address, or observed IP + announced port."""
-    opened: float
-    bucket: TokenBucket
-    ip: str = ""
-    """The peer's observed address (inbound) or the dialed host (outbound): its source for the budgets."""
-    last_useful: float = 0.0
-    """When the peer last gave this node something: an admitted rollout or an answer to a pull."""
-    pending: dict[int, float] = field(default_factory=dict)
-    """Pull request id -> deadline."""
-    timed_out: deque[int] = field(default_factory=lambda: deque(maxlen=LATE_PULLS))
-    """Ids of pulls that timed out: an answer to one is late, not unsolicited."""
-    delivered: DecayingCount = field(default_factory=lambda: DecayingCount(300.0, 0.0))
-    """Rollouts this node admitted first from this peer, decaying: its earned score (overlay.py)."""
-    bye: str = ""
-    """The reason the peer gave when it said bye."""
-    answers: int = 0
-    """Answers to this node's pulls it sent."""
-
 
 RELAYED_REASONS = frozenset({"author_rate", "no_signal", "new_author"})
 """Rejections that count against a peer only when it pushed the rollout (pushes are the sender's own)."""
@@ -87,8 +59,7 @@ class NodeCore:
         self.conns: dict[int, Connection] = {}
         self.by_peer: dict[str, int] = {}
         self.dialing: set[str] = set()
-        self.inbound_by_ip: Counter[str] = Counter()
-        self.inbound_by_network: Counter[str] = Counter()
+        self.inbound = InboundSlots(config.max_inbound, config.max_inbound_per_ip, config.max_inbound_per_network)
         self.heard: OrderedDict[str, int] = OrderedDict()
         self.counters: Counter[str] = Counter()
         self.rejected: Counter[str] = Counter()
@@ -96,7 +67,7 @@ class NodeCore:
                                      record_ask_s=config.exchange_interval_s / 30,
                                      ask_again_s=4 * config.exchange_interval_s)
         """Peer exchange: this node's signed record, the records it relays, what it takes (exchange.py)."""
-        self._seq = 0
+        self.own = OwnRollouts(identity, admission, self.counters)
         self._pull_id = 0
         self._next_pull = self._next_exchange = self._next_rotate = self._next_expire = self._next_standing = 0.0
         self._own_push = TokenBucket(config.own_push_rate, config.own_push_burst, 0.0)
@@ -239,54 +210,31 @@ class NodeCore:
 
     def _expire_pending(self, now: float) -> None:
         for conn in self.conns.values():
-            for req, deadline in list(conn.pending.items()):
-                if deadline < now:
-                    del conn.pending[req]
-                    conn.timed_out.append(req)
-                    self.counters["pull_timeouts"] += 1
+            self.counters["pull_timeouts"] += conn.expire_pulls(now)
 
     # --- connections
 
     def reserve_inbound(self, ip: str) -> bool:
         """Claim an inbound slot before the websocket upgrade; False when a cap (total, per address, per
         network) is reached."""
-        network = prefix_of(ip)
-        if sum(self.inbound_by_ip.values()) >= self.config.max_inbound:
-            return False
-        if self.inbound_by_ip[ip] >= self.config.max_inbound_per_ip:
-            return False
-        if self.inbound_by_network[network] >= self.config.max_inbound_per_network:
-            return False
-        self.inbound_by_ip[ip] += 1
-        self.inbound_by_network[network] += 1
-        return True
+        return self.inbound.reserve(ip)
 
     def admit_inbound(self, ip: str, now: float) -> tuple[bool, list[Action]]:
         """`reserve_inbound`, and when only the total is full, room for a newcomer (a network holding no
         inbound slot): the idlest inbound connection that sent nothing useful for `idle_inbound_s`, from
         the network holding the most slots, is closed, and its slot is the newcomer's."""
-        if self.reserve_inbound(ip):
+        if self.inbound.reserve(ip):
             return True, []
-        network = prefix_of(ip)
-        if self.inbound_by_network[network] or sum(self.inbound_by_ip.values()) < self.config.max_inbound:
+        victim = self.inbound.victim(ip, self.conns.values(), now, self.config.idle_inbound_s)
+        if victim is None:
             return False, []
-        idle = [c for c in self.conns.values()
-                if c.direction == "in" and now - max(c.opened, c.last_useful) >= self.config.idle_inbound_s]
-        if not idle:
-            return False, []
-        victim = max(idle, key=lambda c: (self.inbound_by_network[prefix_of(c.ip)], now - max(c.opened, c.last_useful)))
         self.counters["inbound_evicted"] += 1
         self._forget(victim)
-        # over the cap by one until the victim's socket closes and the server releases its slot
-        self.inbound_by_ip[ip] += 1
-        self.inbound_by_network[network] += 1
+        self.inbound.take(ip)  # over the cap by one until the victim's socket closes and the server releases its slot
         return True, [Close(victim.conn, "busy")]
 
     def release_inbound(self, ip: str) -> None:
-        for table, key in ((self.inbound_by_ip, ip), (self.inbound_by_network, prefix_of(ip))):
-            table[key] -= 1
-            if table[key] <= 0:
-                del table[key]
+        self.inbound.release(ip)
 
     def on_dial_failed(self, addr: str, now: float, http_only: bool = False, busy: bool = False) -> list[Action]:
         """Back off from `addr`. A busy node (connection caps reached) is not a failure: it is left alone
@@ -500,23 +448,8 @@ class NodeCore:
         if not self.config.share:
             self.counters["unshared"] += 1
             return []
-        if rollout.ref.seed >= HELDOUT_SEED:  # a bug upstream: held-out items must never leave this node
-            self.counters["heldout_dropped"] += 1
-            (log.warning if self.counters["heldout_dropped"] == 1 else log.debug)(
-                "own rollout for held-out item %s #%d not shared: seed %d is reserved for evaluation",
-                rollout.ref.dataset, rollout.ref.index, rollout.ref.seed)
-            return []
-        now_ms = int(now * 1000)
-        self._seq = max(self._seq + 1, now_ms * 1000)  # clock-derived: a restart never reuses a number
-        try:
-            signed = sign_rollout(self.identity, rollout, self._seq, now_ms)
-        except WireError as exc:
-            log.warning("own rollout not shared: %s (limit: 64 KiB per group)", exc)
-            self.counters["own_rejected"] += 1
-            return []
-        self.admission.admit_own(parse_body(signed.body), signed)
-        self.counters["published"] += 1
-        if not self.conns or not self._own_push.take(now):
+        signed = self.own.sign(rollout, now)
+        if signed is None or not self.conns or not self._own_push.take(now):
             return []
         targets = self.rng.sample(list(self.conns), min(self.config.push_fanout, len(self.conns)))
         self.counters["pushes"] += len(targets)
