@@ -29,8 +29,6 @@ from typing import AsyncIterator
 import aiohttp
 import pytest
 
-pytest.importorskip("swarm_app.peer.core.records", reason="signed node records (core/records.py) not in this tree")
-
 from swarm_app.peer.core.addressbook import parse_address
 from swarm_app.peer.core.config import PeerConfig
 from swarm_app.peer.core.identity import Identity
