@@ -81,6 +81,10 @@ class TrainSettings:
     max_grad_norm: float = setting(1.0, "Gradient clipping norm.", low=0.0)
     negative_weight: float = setting(1.0, "Scale of negative advantages (completions worse than their group's mean); "
                                      "1 is plain GRPO, below 1 leans on reinforcing right answers.", low=0.0, high=1.0)
+    external_policy: str = setting(
+        "uniform", "What a round does when peers hand it fewer than J groups: uniform (train on those), fill "
+        "(also answer further own questions in the empty places, so the update always holds I + J groups).",
+        choices=("uniform", "fill"))
     keep_zero_advantage_local: bool = setting(
         True, "Train on own groups with equal rewards (paper: yes; they add nothing to the loss).")
     checkpoint_every: int = setting(1, "Checkpoint every k rounds (and on Ctrl-C).", low=1)

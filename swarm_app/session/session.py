@@ -272,7 +272,7 @@ class Session:
         t, m = self.settings.train, self.settings.model
         return RoundPlan(specs, t.local, t.external, t.completions, self.seed,
                          Sampling(m.max_new_tokens, m.temperature, m.top_p), t.keep_zero_advantage_local,
-                         t.eval_every, tasks.heldout(specs, t.eval_n), t.negative_weight)
+                         t.eval_every, tasks.heldout(specs, t.eval_n), t.negative_weight, t.external_policy)
 
     def _resume(self, backend) -> None:
         state, folder = self.checkpoints.restore(lambda folder: load_checkpoint_adapter(backend, self.backend_name, folder))

@@ -58,6 +58,9 @@ class RoundPlan:
     eval_refs: list[tasks.TaskRef] = field(default_factory=list)
     negative_weight: float = 1.0
     """Scale of the negative advantages in the update (grpo.weigh_negatives)."""
+    external_policy: str = "uniform"
+    """"uniform": up to J peers' groups, as the exchange hands them out. "fill": the same, and when fewer than J
+    arrive, own groups on further questions of the round take the empty places, so the update holds I + J."""
 
 
 @dataclass
@@ -92,11 +95,10 @@ class Trainer:
         except Cancelled:
             raise RoundAbandoned(t) from None
         gen_s = time.perf_counter() - started
-        self.report(PhaseProgress(t, "sharing", 0, len(own)))
-        for group in own:
-            if has_signal(group.rewards):  # every peer drops a group without a reward spread unread
-                self._publish(group.rollout)
+        self._share(t, own)
         external, checked = self._take_external(t)
+        filled, fill_s = self._fill(t, self.plan.external - len(external))
+        own, gen_s = own + filled, gen_s + fill_s
         if self.stop_requested.is_set():
             raise RoundAbandoned(t)
         train_started = time.perf_counter()
@@ -139,11 +141,37 @@ class Trainer:
         if self.stop_requested.is_set():
             raise Cancelled()
 
+    def _share(self, t: int, own: list[ScoredGroup]) -> None:
+        self.report(PhaseProgress(t, "sharing", 0, len(own)))
+        for group in own:
+            if has_signal(group.rewards):  # every peer drops a group without a reward spread unread
+                self._publish(group.rollout)
+
+    def _fill(self, t: int, missing: int) -> tuple[list[ScoredGroup], float]:
+        """Under the "fill" policy, own groups for the `missing` places peers left empty (generated, scored and
+        shared like the others) and the seconds they took; nothing otherwise. A stop abandons the round."""
+        if self.plan.external_policy != "fill" or missing <= 0 or self.stop_requested.is_set():
+            return [], 0.0
+        started = time.perf_counter()
+        plan = self.plan
+        # Questions I+1.. of a draw of I + J: fixed by (seed, t), so a resumed round asks the same ones; a
+        # second sampling seed, so these completions do not replay the first call's random stream.
+        refs = tasks.draw(plan.specs, plan.seed, t, plan.local + plan.external)[plan.local:][:missing]
+        try:
+            filled = self._generate(t, refs, (plan.seed * 1_000_003 + t + 2**30) % 2**31)
+        except Cancelled:
+            raise RoundAbandoned(t) from None
+        self._share(t, filled)
+        return filled, time.perf_counter() - started
+
     def _generate_own(self, t: int) -> list[ScoredGroup]:
         plan = self.plan
-        items = [tasks.regenerate(ref) for ref in tasks.draw(plan.specs, plan.seed, t, plan.local)]
-        sampling = Sampling(plan.sampling.max_new_tokens, plan.sampling.temperature, plan.sampling.top_p,
-                            seed=(plan.seed * 1_000_003 + t) % 2**31)
+        return self._generate(t, tasks.draw(plan.specs, plan.seed, t, plan.local), (plan.seed * 1_000_003 + t) % 2**31)
+
+    def _generate(self, t: int, refs: list[tasks.TaskRef], seed: int) -> list[ScoredGroup]:
+        plan = self.plan
+        items = [tasks.regenerate(ref) for ref in refs]
+        sampling = Sampling(plan.sampling.max_new_tokens, plan.sampling.temperature, plan.sampling.top_p, seed=seed)
 
         def progress(done: int, total: int) -> None:
             self._cancel_check(done, total)
