@@ -27,16 +27,31 @@ class ProtocolConfig:
     min_outbound: int = 2
     """When dials keep meeting full nodes (too few reachable peers for everyone's target), a node wants
     fewer outbound links, never fewer than this, and tries for one more every rotation interval."""
+    unproven_outbound: int = 3
+    """Outbound links (open or being dialed) to peers that have not yet delivered a rollout admitted here:
+    at most this many, and no more than the proven ones; while none is proven, or in the node's first
+    `settle_after_s`, as many as it takes to reach `low_outbound`. The other places go to peers that
+    earned them, so addresses that only announce each other never hold most of a node's links
+    (overlay.dials_due)."""
     busy_streak: int = 4
     """Full answers in a row (503, bye busy; bootstrap addresses aside) that cost one wanted link."""
+    settle_after_s: float = 60.0
+    """... not counting those of a node's first minute: a newcomer hears of the nodes every newcomer
+    hears of first, and finds them full; that says who is popular, not that the swarm lacks room. (In
+    that minute it also fills `low_outbound` links without waiting for them to prove themselves.)"""
     protected_outbound: int = 4
     """Outbound neighbours with the best earned score (recent first deliveries) that rotation never
     replaces: announcements alone cannot take these places (overlay.py)."""
     useless_after_answers: int = 2
-    """An outbound neighbour that answered this many pulls without one rollout admitted here, while others
-    delivered, is replaced at once (an honest peer answers with authors the asker has not heard from)."""
+    """An outbound neighbour open at least `pull_interval_s` that answered this many pulls without one
+    rollout admitted here, while others delivered, is replaced at once (an honest peer answers with
+    authors the asker has not heard from)."""
     useless_hold_s: float = 600.0
     """... and its address is not dialed again for this long."""
+    stalled_rotate_s: float = 20.0
+    """While no connection delivers anything and a node holds `low_outbound` links, one outbound neighbour
+    that answered `useless_after_answers` pulls with nothing is replaced this often (its address waits
+    `rotate_interval_s`)."""
     score_half_life_s: float = 300.0
     """A neighbour's first deliveries count half after this long."""
     unverified_dial_rate: float = 0.1
@@ -46,6 +61,10 @@ class ProtocolConfig:
     """... and at once: enough to join (a bootstrap's list), too few to be spent on a poisoned list."""
     exchange_take: int = 16
     """New addresses taken from one peer list at most (a random sample of what it offers)."""
+    hungry_exchange_s: float = 2.0
+    """While a node wants more outbound links than its address book has addresses due, it asks a neighbour
+    for its peer list this often instead of every `exchange_interval_s` (a newcomer, a bootstrap whose
+    book holds only its inbound peers)."""
     prune_backoff_s: float = 60.0
     """A full node (503 or bye busy) is not dialed again before this (GossipSub's prune backoff)."""
     pull_fresh_s: float = 120.0

@@ -7,12 +7,23 @@ that decays) and per-IP colocation limits.
 - `pick_dial`: the next address to dial: a network (/24, /48) no outbound neighbour or pending dial
   already holds when one is due, half of the time an address that proved useful before; an address
   this node never reached itself only while the budget for those lasts.
+- `stalled_victim`: while no connection delivers anything (an eclipse, or a quiet swarm), one outbound
+  neighbour that was judged, to replace now and then: a node whose links all only announce themselves
+  is not stuck with them, and since nothing earns a place, none is protected.
 - `protected`: the best-scored outbound neighbours, kept out of rotation, so that an attacker whose
   addresses crowd the book still cannot take the places earned by peers that delivered rollouts.
 - `rotation_victim`: the neighbour to replace at the next rotation: the lowest score among the
   unprotected ones that had time to earn one.
 - `useless`: neighbours to replace at once: asked for rollouts several times, they never gave one this
   node admitted, while others did (GossipSub v1.1's mesh delivery deficit).
+- `dials_due`: how many dials to start: every missing link at once below the low-water mark, one at a
+  time above it, and never more than a few links to peers that have not yet delivered (*unproven*), so
+  that most places are held by peers that earned them (HyParView's active view, refilled from the
+  passive one only as fast as links prove themselves).
+- `on_trial`: outbound neighbours still being judged (unproven, fewer answers than it takes to judge):
+  each is asked for rollouts every pull interval (the node's one regular pull goes to the others), so a
+  new link is judged, kept for what it delivers or dropped by `useless`, within a pull interval or two,
+  not minutes; no connection is asked more than once a pull interval.
 Sans-IO: time and randomness are arguments; nothing here holds state beyond a `DecayingCount`.
 """
 
@@ -21,7 +32,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Iterable, Sequence
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from swarm_app.peer.core.addressbook import AddressState
 
@@ -51,6 +62,50 @@ class Neighbour(Protocol):
     opened: float
     delivered: DecayingCount
     answers: int
+    pending: dict[int, float]
+
+
+N = TypeVar("N", bound=Neighbour)
+
+
+def proven(c: Neighbour) -> bool:
+    """It delivered a rollout this node admitted first, on this connection: its place is earned."""
+    return c.delivered.count > 0
+
+
+def dials_due(open_out: int, unproven: int, dialing: int, target: int, low: int, high: int,
+              max_unproven: int, settled: bool = True) -> int:
+    """How many dials to start now, with `open_out` outbound links (`unproven` of them not yet proven)
+    and `dialing` dials in flight, towards `target` links.
+
+    Below `low` (and the target) every missing link is dialed at once, above it one at a time; links
+    and dials never exceed `high`. Unproven links and dials together: as many as it takes to reach
+    `low` while none is proven or the node is not yet `settled` (a newcomer has nothing to judge by, nor
+    has anyone while the swarm is young), and past `low` at most `max_unproven`; once settled with a
+    proven link, no more than the proven ones, and at most `max_unproven`. So every place past `low`
+    waits for a link to prove itself, and addresses that only announce each other never hold more than
+    half of the links of a settled node that any peer delivered to.
+    """
+    if open_out < min(low, target):
+        need = target - open_out - dialing
+    else:
+        need = 0 if dialing else min(1, target - open_out)
+    proven_links = open_out - unproven
+    if settled and proven_links:
+        room = min(max_unproven, proven_links) - unproven - dialing
+    else:
+        room = max(max_unproven, low - proven_links) - unproven - dialing
+    return max(0, min(need, room, high - open_out - dialing))
+
+
+def on_trial(c: Neighbour, judged_after: int) -> bool:
+    """Not proven yet, and fewer than `judged_after` answers to judge it by."""
+    return not proven(c) and c.answers < judged_after
+
+
+def probes_due(outbound: Iterable[N], judged_after: int) -> list[N]:
+    """The neighbours on trial that may be asked for rollouts: no pull to them is pending."""
+    return [c for c in outbound if on_trial(c, judged_after) and not c.pending]
 
 
 def pick_dial(candidates: Sequence[AddressState], held_networks: set[str], rng: random.Random,
@@ -88,13 +143,22 @@ def protected(outbound: Iterable[Neighbour], now: float, keep: int) -> list[Neig
     return earned[:keep]
 
 
-def useless(outbound: Sequence[Neighbour], min_answers: int, others_delivered: bool) -> list[Neighbour]:
-    """Neighbours that answered at least `min_answers` pulls and never delivered a rollout admitted here,
-    while some other connection did (`others_delivered`: in a quiet swarm, where nobody delivers, nobody
-    is dropped; a node whose every outbound neighbour is useless still sees its inbound peers deliver)."""
+def useless(outbound: Sequence[N], min_answers: int, others_delivered: bool, now: float,
+            min_age_s: float) -> list[N]:
+    """Neighbours open at least `min_age_s` that answered at least `min_answers` pulls and never delivered
+    a rollout admitted here, while some other connection did (`others_delivered`: in a quiet swarm, where
+    nobody delivers, nobody is dropped; a node whose every outbound neighbour is useless still sees its
+    inbound peers deliver). The age: a young swarm's honest nodes often have nothing new for a while."""
     if not others_delivered:
         return []
-    return [c for c in outbound if c.answers >= min_answers and c.delivered.count == 0]
+    return [c for c in outbound if c.answers >= min_answers and not proven(c) and now - c.opened >= min_age_s]
+
+
+def stalled_victim(outbound: Sequence[N], judged_after: int, now: float, min_age_s: float,
+                   rng: random.Random) -> N | None:
+    """One of the neighbours `useless` would name were others delivering, at random."""
+    judged = useless(outbound, judged_after, True, now, min_age_s)
+    return rng.choice(judged) if judged else None
 
 
 def rotation_victim(outbound: Sequence[Neighbour], now: float, keep: int, min_age_s: float,

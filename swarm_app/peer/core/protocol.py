@@ -8,7 +8,7 @@ Callers feed it events (`tick`, `on_frame`, `on_connected`, ...) with the curren
 the returned actions (actions.py: `Dial`, `Send`, `Close`, `FetchPeers`, `HttpPull`; `Admitted` is a
 notice). Its parts live beside it: connections.py (what it keeps of a connection, the inbound slots),
 exchange.py (peer exchange with signed node records), own_rollouts.py (signing its own), overlay.py (which
-neighbours to dial and keep).
+neighbours to dial and keep), outbound.py (dialing, judging and replacing them, and whom a pull asks).
 It never reads a clock, sleeps, opens a socket or raises on peer input; randomness comes from the
 injected `random.Random`, so a simulator can run thousands of cores deterministically.
 """
@@ -23,7 +23,7 @@ from typing import Any
 
 from swarm_app.kernel.rollouts import Rollout
 from swarm_app.kernel.swarms import DEFAULT_SWARM
-from swarm_app.peer.core.actions import Action, Admitted, Close, Dial, FetchPeers, HttpPull, Send
+from swarm_app.peer.core.actions import Action, Admitted, Close, FetchPeers, Send
 from swarm_app.peer.core.addressbook import AddressBook, format_address, parse_address
 from swarm_app.peer.core.admission import Accepted, Admission
 from swarm_app.peer.core.connections import Connection, InboundSlots
@@ -31,12 +31,12 @@ from swarm_app.peer.core.exchange import PeerExchange
 from swarm_app.peer.core.identity import Identity
 from swarm_app.peer.core.limits import ProtocolConfig
 from swarm_app.peer.core.messages import MAX_HAVE, Bye, MessageError, Pull, Push, Sample, decode_frame, fit_items
-from swarm_app.peer.core.overlay import DecayingCount, pick_dial, rotation_victim, useless
+from swarm_app.peer.core.outbound import OutboundLinks
+from swarm_app.peer.core.overlay import DecayingCount
 from swarm_app.peer.core.own_rollouts import OwnRollouts
 from swarm_app.peer.core.pool import PoolEntry
 from swarm_app.peer.core.ratelimit import TokenBucket
 from swarm_app.peer.core.scores import PeerBook, PeerRecord
-from swarm_app.peer.core.sources import prefix_of
 from swarm_app.peer.core.wire import WireError, item_from_json
 
 log = logging.getLogger(__name__)
@@ -46,7 +46,7 @@ RELAYED_REASONS = frozenset({"author_rate", "no_signal", "new_author"})
 SHELL_EVENTS = ("send_dropped", "dial_failures", "http_malformed")
 """Events only the I/O shell sees, counted through `NodeCore.count`."""
 
-class NodeCore:
+class NodeCore(OutboundLinks):
     def __init__(self, identity: Identity, admission: Admission, config: ProtocolConfig, peers: PeerBook,
                  addresses: AddressBook, rng: random.Random, swarm: str = DEFAULT_SWARM) -> None:
         limits = admission.limits
@@ -71,10 +71,7 @@ class NodeCore:
         self._pull_id = 0
         self._next_pull = self._next_exchange = self._next_rotate = self._next_expire = self._next_standing = 0.0
         self._own_push = TokenBucket(config.own_push_rate, config.own_push_burst, 0.0)
-        self._unverified = TokenBucket(config.unverified_dial_rate, config.unverified_dial_burst, 0.0)
-        self.target_outbound = config.target_outbound
-        """Outbound links wanted now: `config.target_outbound`, less while the nodes it dials are full."""
-        self._busy_streak = 0
+        self._init_outbound(config)
         self.reachable: bool | None = None
         """Whether peers can dial this node from outside, as dial-back found (None: not known yet)."""
 
@@ -86,14 +83,17 @@ class NodeCore:
 
     def tick(self, now: float) -> list[Action]:
         actions: list[Action] = []
+        self._started = min(self._started, now)
         self._expire_pending(now)
         actions += self._drop_useless(now)
         actions += self._dials(now)
+        actions += self._probe(now)
         if now >= self._next_pull:
             self._next_pull = now + self.config.pull_interval_s * self.rng.uniform(0.9, 1.1)
             actions += self._pull(now)
-        if now >= self._next_exchange and (lister := self.exchange.pick_lister(self.conns.values(), now)):
-            self._next_exchange = now + self.config.exchange_interval_s
+        interval = self.config.hungry_exchange_s if self._hungry else self.config.exchange_interval_s
+        if now >= min(self._next_exchange, self._last_exchange + interval) and (lister := self._lister(now)):
+            self._next_exchange, self._last_exchange = now + self.config.exchange_interval_s, now
             actions.append(FetchPeers(lister))
         elif missing := self.exchange.missing_record(self.conns.values(), now):
             actions.append(FetchPeers(missing))
@@ -119,94 +119,6 @@ class NodeCore:
             used, offense = (record.used, record.offense.value(now)) if record else (0, 0.0)
             weights[author] = standing.weight(author, used, offense, limit, now)
         self.pool.set_standing(weights, homes)
-
-    def _dials(self, now: float) -> list[Action]:
-        """Dial towards `target_outbound`: every missing link at once below `low_outbound`, one at a time
-        above it, never past `high_outbound` counting dials in flight (overlay.pick_dial chooses)."""
-        config, open_out, target = self.config, len(self._outbound()), self.target_outbound
-        if open_out < min(config.low_outbound, target):
-            need = target - open_out - len(self.dialing)
-        else:
-            need = 0 if self.dialing else min(1, target - open_out)
-        need = min(need, config.high_outbound - open_out - len(self.dialing))
-        if need <= 0:
-            return []
-        candidates = self.addresses.candidates(now, lambda node: self._not_dialable(node, now), self.dialing)
-        held = self._held_networks()
-        dials: list[Action] = []
-        while len(dials) < need:
-            state = pick_dial(candidates, held, self.rng, self._unverified_dials_left(now))
-            if state is None:
-                break
-            if not state.verified and state.source not in ("bootstrap", "mdns"):
-                self._unverified.take(now)
-            candidates = [s for s in candidates if s is not state]
-            held.add(state.network)
-            self.dialing.add(state.addr)
-            dials.append(Dial(state.addr))
-        return dials
-
-    def _unverified_dials_left(self, now: float) -> bool:
-        self._unverified.take(now, 0.0)  # refills the bucket to `now`, spends nothing
-        return self._unverified.tokens >= 1
-
-    def _held_networks(self) -> set[str]:
-        """Networks of the outbound neighbours and of the dials in flight."""
-        held = {self.addresses.get(addr).network for addr in self.dialing if self.addresses.get(addr)}
-        return held | {prefix_of(c.ip) for c in self._outbound()}
-
-    def _outbound(self) -> list[Connection]:
-        return [c for c in self.conns.values() if c.direction == "out"]
-
-    def _pull(self, now: float) -> list[Action]:
-        cutoff = int(now * 1000) - self.pool.max_age_ms
-        have = {a: ts for a, ts in self.heard.items() if ts >= cutoff}
-        if self.conns:
-            conn = self.conns[self.rng.choice(list(self.conns))]
-            self._pull_id += 1
-            conn.pending[self._pull_id] = now + self.config.pull_timeout_s
-            self.counters["pulls"] += 1
-            return [Send(conn.conn, {"t": "pull", "id": self._pull_id, "max": self.config.pull_max, "have": have})]
-        http_only = [s.addr for s in self.addresses.entries() if s.http_only]
-        if http_only:
-            self.counters["http_pulls"] += 1
-            return [HttpPull(self.rng.choice(http_only), have, self.config.pull_max)]
-        return []
-
-    def _drop_useless(self, now: float) -> list[Action]:
-        """Replace at once the outbound neighbours that answered pulls with nothing this node admitted while
-        others delivered (GossipSub's delivery deficit): announcing itself earns a place, keeping it
-        takes rollouts. Their addresses wait `useless_hold_s` before a new try."""
-        delivering = any(c.delivered.count > 0 for c in self.conns.values())
-        dropped = useless(self._outbound(), self.config.useless_after_answers, delivering)
-        for c in dropped:
-            if c.addr:
-                self.addresses.hold(c.addr, now + self.config.useless_hold_s)
-            self._forget(c)
-        self.counters["useless_dropped"] += len(dropped)
-        return [Close(c.conn, "rotate") for c in dropped]
-
-    def _rotate(self, now: float) -> list[Action]:
-        """Replace one outbound neighbour, never one of the `protected_outbound` best-scored ones; or, while
-        settled for fewer links than the configured target, try for one more instead."""
-        outbound = self._outbound()
-        if len(outbound) < self.target_outbound:
-            return []
-        if self.target_outbound < self.config.target_outbound:
-            self.target_outbound += 1
-            return []
-        if not self.addresses.candidates(now, lambda node: self._not_dialable(node, now), self.dialing):
-            return []
-        victim = rotation_victim(outbound, now, self.config.protected_outbound, self.config.rotate_interval_s / 2,
-                                 self.rng)
-        if victim is None:
-            return []
-        if victim.addr:
-            self.addresses.hold(victim.addr, now + self.config.rotate_interval_s)
-        return [Close(victim.conn, "rotate")]
-
-    def _not_dialable(self, node: str, now: float) -> bool:
-        return node == self.node_id or node in self.by_peer or self.peers.is_banned(node, now)
 
     def _expire_pending(self, now: float) -> None:
         for conn in self.conns.values():
@@ -235,42 +147,6 @@ class NodeCore:
 
     def release_inbound(self, ip: str) -> None:
         self.inbound.release(ip)
-
-    def on_dial_failed(self, addr: str, now: float, http_only: bool = False, busy: bool = False) -> list[Action]:
-        """Back off from `addr`. A busy node (connection caps reached) is not a failure: it is left alone
-        for the prune backoff and asked for its peer list instead (GossipSub's prune with peer exchange)."""
-        self.dialing.discard(addr)
-        if busy:
-            self._refund_unverified(addr)
-            self._prune_backoff(addr, now)
-            self._note_busy(addr)
-            return [FetchPeers(addr)]
-        delay = self.addresses.failed(addr, now, http_only)
-        log.debug("dial %s failed; next try in %.1f s", addr, delay)
-        return []
-
-    def _refund_unverified(self, addr: str) -> None:
-        """A dial to a never-reached address that met a node (connected, or busy) gives its token back:
-        the budget is for addresses that turn out dead or invented."""
-        state = self.addresses.get(addr)
-        if state is not None and not state.verified and state.source not in ("bootstrap", "mdns"):
-            self._unverified.tokens = min(self._unverified.burst, self._unverified.tokens + 1)
-
-    def _note_busy(self, addr: str) -> None:
-        """After `busy_streak` full answers in a row, want one outbound link fewer (never fewer than
-        `min_outbound`; one more is tried every rotation interval): when reachable nodes are too few for
-        every node's target, the links are shared out instead of held by whoever came first. Bootstraps
-        are expected to be full: not counted."""
-        state = self.addresses.get(addr)
-        if state is not None and state.source == "bootstrap":
-            return
-        self._busy_streak += 1
-        if self._busy_streak >= self.config.busy_streak:
-            self._busy_streak = 0
-            self.target_outbound = max(self.config.min_outbound, self.target_outbound - 1)
-
-    def _prune_backoff(self, addr: str, now: float) -> None:
-        self.addresses.hold(addr, now + self.config.prune_backoff_s * self.rng.uniform(1.0, 1.2))
 
     def on_connected(self, conn: int, peer: str, direction: str, dialed: str | None, ip: str,
                      listen: str | None, now: float) -> tuple[str | None, list[Action]]:

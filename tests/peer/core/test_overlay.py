@@ -12,7 +12,7 @@ from swarm_app.kernel.swarms import DEFAULT_SWARM
 from swarm_app.peer.core.actions import Dial, FetchPeers
 from swarm_app.peer.core.addressbook import AddressBook, AddressState
 from swarm_app.peer.core.identity import Identity
-from swarm_app.peer.core.overlay import DecayingCount, pick_dial, rotation_victim
+from swarm_app.peer.core.overlay import DecayingCount, dials_due, pick_dial, rotation_victim
 from swarm_app.peer.core.protocol import ProtocolConfig
 from swarm_app.peer.core.records import MAX_RECORDS, sign_record
 from tests.peer.sim import START, Simulation
@@ -41,6 +41,20 @@ def test_dials_go_to_networks_not_yet_held_and_half_to_proven_addresses():
     assert pick_dial(unverified, set(), rng, False) is None and pick_dial(unverified, set(), rng, True) is not None
     announced = [state("10.0.7.1:1", "10.0.7.0/24", verified=False, source="inbound"), unverified[0]]
     assert all(pick_dial(announced, set(), rng, True) is unverified[0] for _ in range(20))
+
+
+def test_a_newcomer_dials_up_to_the_low_water_mark_at_once_and_past_it_as_links_prove_themselves():
+    def due(open_out, unproven, dialing=0, settled=True):
+        return dials_due(open_out, unproven, dialing, target=8, low=6, high=12, max_unproven=3, settled=settled)
+
+    assert due(0, 0) == 6  # nothing proven yet (nor provable, in a young swarm): six at once
+    assert due(2, 2, dialing=4) == 0 and due(4, 4) == 2
+    assert due(6, 6) == 0  # six unproven links: the next place waits for one to deliver
+    assert due(6, 3) == 0 and due(6, 2) == 1  # at the mark: at most three unproven, one dial at a time
+    assert due(4, 1) == 2  # three proven left: back to six, no further
+    assert due(3, 2) == 0 and due(2, 0) == 2  # settled, one proven: one unproven; two: two (never a majority)
+    assert due(3, 2, settled=False) == 3 and due(2, 0, settled=False) == 4  # a newcomer: up to the mark
+    assert due(7, 0) == 1 and due(8, 0) == 0 and due(7, 0, dialing=1) == 0
 
 
 def test_rotation_never_replaces_the_best_scored_neighbours():
@@ -120,6 +134,11 @@ def test_a_node_whose_dials_meet_full_nodes_settles_for_the_links_it_has_and_tri
     core = sim.nodes[0].core
     sim.dial(0, sim.nodes[1].addr)
     sim.dial(0, sim.nodes[2].addr)
+    core.tick(sim.now)
+    for k in range(2 * config.busy_streak):  # a newcomer finds the nodes it hears of first full: not counted
+        core.on_dial_failed(f"10.8.{k}.1:4747", sim.now, busy=True)
+    assert core.target_outbound == config.target_outbound
+    sim.run(config.settle_after_s)
     core.add_address("10.9.0.1:4747", "bootstrap")
     for _ in range(config.busy_streak):
         core.on_dial_failed("10.9.0.1:4747", sim.now, busy=True)  # a full bootstrap: expected, not counted
@@ -146,6 +165,23 @@ def test_an_eclipse_by_announcements_leaves_every_honest_node_an_honest_majority
     assert result["hostile_outbound_share_max"] <= 0.5, result
     assert result["hostile_saved_share_max"] <= 0.5, result
     assert result["coverage_median"] >= 0.9, result
+
+
+def test_an_eclipse_by_most_of_the_dialable_nodes_leaves_no_honest_node_a_hostile_majority():
+    """15 hostile nodes, all reachable, against 9 reachable honest ones, listing only each other: choosing
+    among reachable addresses at random would often give a node a hostile majority; places held by
+    earned standing (links that delivered) do not, from the second minute on."""
+    result = simulated(Run(small(60, reachable=0.2, hostile=0.25, hostile_mode="eclipse", seed=11)))
+    assert result["hostile_outbound_share_max"] <= 0.5, result
+    assert result["hostile_saved_share_max"] <= 0.5, result
+
+
+def test_every_node_has_six_outbound_links_within_30_s_of_its_join():
+    """60 nodes joining within 10 s find the first nodes they hear of full: peer lists come faster while
+    the address book runs dry, and full answers in a newcomer's first minute do not make it want fewer
+    links."""
+    result = simulated(Run(small(60, minutes=2.0, seed=12)))
+    assert result["nodes_below_6_over_30s"] == 0 and result["below_6_outbound_longest_s"] <= 30, result
 
 
 def test_nodes_behind_nat_are_never_listed_and_still_hear_almost_everyone():

@@ -1,0 +1,241 @@
+"""The node core's outbound side: which addresses it dials, whom it asks for rollouts and peer lists,
+and which outbound neighbours it drops or replaces (overlay.py's rules, applied to the core's state).
+
+`OutboundLinks` is a part of `NodeCore` (protocol.py), kept in a module of its own: it reads and writes
+the core's connections, address book and peer scores and returns actions (`Dial`, `Send`, `Close`,
+`FetchPeers`, `HttpPull`); it opens and closes nothing itself, and the choices are overlay.py's pure
+functions. Sans-IO like the core: `now` comes in, randomness from the core's `random.Random`.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections import Counter, OrderedDict
+
+from swarm_app.peer.core.actions import Action, Close, Dial, FetchPeers, HttpPull, Send
+from swarm_app.peer.core.addressbook import AddressBook
+from swarm_app.peer.core.connections import Connection
+from swarm_app.peer.core.exchange import PeerExchange
+from swarm_app.peer.core.limits import ProtocolConfig
+from swarm_app.peer.core.overlay import (
+    dials_due,
+    on_trial,
+    pick_dial,
+    probes_due,
+    proven,
+    rotation_victim,
+    stalled_victim,
+    useless,
+)
+from swarm_app.peer.core.pool import RolloutPool
+from swarm_app.peer.core.ratelimit import TokenBucket
+from swarm_app.peer.core.scores import PeerBook
+from swarm_app.peer.core.sources import prefix_of
+
+log = logging.getLogger(__name__)
+
+
+class OutboundLinks:
+    """Mixed into `NodeCore`, which holds the state named below, forgets a connection (`_forget`) and calls
+    `_init_outbound` once."""
+
+    config: ProtocolConfig
+    conns: dict[int, Connection]
+    by_peer: dict[str, int]
+    dialing: set[str]
+    addresses: AddressBook
+    peers: PeerBook
+    exchange: PeerExchange
+    pool: RolloutPool
+    heard: OrderedDict[str, int]
+    counters: Counter[str]
+    rng: random.Random
+    node_id: str
+    _pull_id: int
+
+    def _init_outbound(self, config: ProtocolConfig) -> None:
+        self._unverified = TokenBucket(config.unverified_dial_rate, config.unverified_dial_burst, 0.0)
+        self.target_outbound = config.target_outbound
+        """Outbound links wanted now: `config.target_outbound`, less while the nodes it dials are full."""
+        self._busy_streak = 0
+        self._started = float("inf")
+        """The first tick's time."""
+        self._next_stalled = 0.0
+        self._last_exchange = -float("inf")
+        self._hungry = False
+        """The last dials fell short: the address book had too few due candidates (peer lists come faster)."""
+        self._probe_at: dict[int, float] = {}
+        """Connection -> when an outbound neighbour on trial is next asked for rollouts (`_probe`)."""
+
+    def _dials(self, now: float) -> list[Action]:
+        """Dial towards `target_outbound` as overlay.dials_due allows (every missing link at once below
+        `low_outbound`; few links to unproven peers); overlay.pick_dial chooses."""
+        config, outbound = self.config, self._outbound()
+        need = dials_due(len(outbound), sum(not proven(c) for c in outbound), len(self.dialing), self.target_outbound,
+                         config.low_outbound, config.high_outbound, config.unproven_outbound,
+                         now >= self._started + config.settle_after_s)
+        self._hungry = False
+        if need <= 0:
+            return []
+        candidates = self.addresses.candidates(now, lambda node: self._not_dialable(node, now), self.dialing)
+        held = self._held_networks()
+        dials: list[Action] = []
+        while len(dials) < need:
+            state = pick_dial(candidates, held, self.rng, self._unverified_dials_left(now))
+            if state is None:
+                self._hungry = True
+                break
+            if not state.verified and state.source not in ("bootstrap", "mdns"):
+                self._unverified.take(now)
+            candidates = [s for s in candidates if s is not state]
+            held.add(state.network)
+            self.dialing.add(state.addr)
+            dials.append(Dial(state.addr))
+        return dials
+
+    def _unverified_dials_left(self, now: float) -> bool:
+        self._unverified.take(now, 0.0)  # refills the bucket to `now`, spends nothing
+        return self._unverified.tokens >= 1
+
+    def _held_networks(self) -> set[str]:
+        """Networks of the outbound neighbours and of the dials in flight."""
+        held = {self.addresses.get(addr).network for addr in self.dialing if self.addresses.get(addr)}
+        return held | {prefix_of(c.ip) for c in self._outbound()}
+
+    def _outbound(self) -> list[Connection]:
+        return [c for c in self.conns.values() if c.direction == "out"]
+
+    def _have(self, now: float) -> dict[str, int]:
+        cutoff = int(now * 1000) - self.pool.max_age_ms
+        return {a: ts for a, ts in self.heard.items() if ts >= cutoff}
+
+    def _ask(self, conn: Connection, have: dict[str, int], now: float) -> Send:
+        self._pull_id += 1
+        conn.pending[self._pull_id] = now + self.config.pull_timeout_s
+        self.counters["pulls"] += 1
+        return Send(conn.conn, {"t": "pull", "id": self._pull_id, "max": self.config.pull_max, "have": have})
+
+    def _probe(self, now: float) -> list[Action]:
+        """Ask each outbound neighbour on trial for rollouts at once, then once a pull interval (overlay.py)."""
+        self._probe_at = {conn: t for conn, t in self._probe_at.items() if conn in self.conns}
+        due = [c for c in probes_due(self._outbound(), self.config.useless_after_answers)
+               if now >= self._probe_at.get(c.conn, now)]
+        if not due:
+            return []
+        have = self._have(now)
+        for c in due:
+            self._probe_at[c.conn] = now + self.config.pull_interval_s
+        self.counters["probes"] += len(due)
+        return [self._ask(c, have, now) for c in due]
+
+    def _pull(self, now: float) -> list[Action]:
+        """Ask one random connection for rollouts, not one on trial (`_probe` asks those)."""
+        have = self._have(now)
+        judged_after = self.config.useless_after_answers
+        others = [c for c in self.conns.values() if not (c.direction == "out" and on_trial(c, judged_after))]
+        if others:
+            return [self._ask(self.rng.choice(others), have, now)]
+        if self.conns:
+            return []
+        http_only = [s.addr for s in self.addresses.entries() if s.http_only]
+        if http_only:
+            self.counters["http_pulls"] += 1
+            return [HttpPull(self.rng.choice(http_only), have, self.config.pull_max)]
+        return []
+
+    def _drop_useless(self, now: float) -> list[Action]:
+        """Replace at once the outbound neighbours that answered pulls with nothing this node admitted while
+        others delivered (GossipSub's delivery deficit): announcing itself earns a place, keeping it
+        takes rollouts. Their addresses wait `useless_hold_s` before a new try. While nothing delivers at
+        all (an eclipse, or a quiet swarm) and the node holds `low_outbound` links, so that it may dial no
+        more until one proves itself, one of them is replaced every `stalled_rotate_s` instead."""
+        config, outbound = self.config, self._outbound()
+        judged_after, min_age_s = config.useless_after_answers, config.pull_interval_s
+        delivering = any(proven(c) for c in self.conns.values())
+        dropped, hold = useless(outbound, judged_after, delivering, now, min_age_s), config.useless_hold_s
+        if not delivering and len(outbound) >= config.low_outbound and now >= self._next_stalled and self._replaceable(now):
+            victim = stalled_victim(outbound, judged_after, now, min_age_s, self.rng)
+            dropped, hold = ([victim] if victim else []), config.rotate_interval_s
+            if victim:
+                self._next_stalled = now + config.stalled_rotate_s
+        for c in dropped:
+            if c.addr:
+                self.addresses.hold(c.addr, now + hold)
+            self._forget(c)
+        self.counters["useless_dropped"] += len(dropped)
+        return [Close(c.conn, "rotate") for c in dropped]
+
+    def _replaceable(self, now: float) -> bool:
+        """Some address is due for a dial: replacing a neighbour would not just lose it."""
+        return bool(self.addresses.candidates(now, lambda node: self._not_dialable(node, now), self.dialing))
+
+    def _lister(self, now: float) -> str | None:
+        """Whom to ask for a peer list: a neighbour that delivered rollouts here; while none did, an address
+        the user named (bootstrap, LAN) or else any neighbour: addresses that only announce each other do
+        not fill the book from their own lists."""
+        earned = [c for c in self.conns.values() if proven(c)]
+        named = [s.addr for s in self.addresses.entries() if s.source in ("bootstrap", "mdns")]
+        if not earned and named:
+            return self.rng.choice(named)
+        return self.exchange.pick_lister(earned or self.conns.values(), now)
+
+    def _rotate(self, now: float) -> list[Action]:
+        """Replace one outbound neighbour, never one of the `protected_outbound` best-scored ones; or, while
+        settled for fewer links than the configured target, try for one more instead."""
+        outbound = self._outbound()
+        if len(outbound) < self.target_outbound:
+            return []
+        if self.target_outbound < self.config.target_outbound:
+            self.target_outbound += 1
+            return []
+        if not self._replaceable(now):
+            return []
+        victim = rotation_victim(outbound, now, self.config.protected_outbound, self.config.rotate_interval_s / 2,
+                                 self.rng)
+        if victim is None:
+            return []
+        if victim.addr:
+            self.addresses.hold(victim.addr, now + self.config.rotate_interval_s)
+        return [Close(victim.conn, "rotate")]
+
+    def _not_dialable(self, node: str, now: float) -> bool:
+        return node == self.node_id or node in self.by_peer or self.peers.is_banned(node, now)
+
+    def on_dial_failed(self, addr: str, now: float, http_only: bool = False, busy: bool = False) -> list[Action]:
+        """Back off from `addr`. A busy node (connection caps reached) is not a failure: it is left alone
+        for the prune backoff and asked for its peer list instead (GossipSub's prune with peer exchange)."""
+        self.dialing.discard(addr)
+        if busy:
+            self._refund_unverified(addr)
+            self._prune_backoff(addr, now)
+            self._note_busy(addr, now)
+            return [FetchPeers(addr)]
+        delay = self.addresses.failed(addr, now, http_only)
+        log.debug("dial %s failed; next try in %.1f s", addr, delay)
+        return []
+
+    def _refund_unverified(self, addr: str) -> None:
+        """A dial to a never-reached address that met a node (connected, or busy) gives its token back:
+        the budget is for addresses that turn out dead or invented."""
+        state = self.addresses.get(addr)
+        if state is not None and not state.verified and state.source not in ("bootstrap", "mdns"):
+            self._unverified.tokens = min(self._unverified.burst, self._unverified.tokens + 1)
+
+    def _note_busy(self, addr: str, now: float) -> None:
+        """After `busy_streak` full answers in a row, want one outbound link fewer (never fewer than
+        `min_outbound`; one more is tried every rotation interval): when reachable nodes are too few for
+        every node's target, the links are shared out instead of held by whoever came first. Bootstraps
+        are expected to be full, and so are the first nodes a newcomer hears of (every newcomer hears of
+        them): neither counts, the latter for `settle_after_s` from the first tick."""
+        state = self.addresses.get(addr)
+        if (state is not None and state.source == "bootstrap") or now < self._started + self.config.settle_after_s:
+            return
+        self._busy_streak += 1
+        if self._busy_streak >= self.config.busy_streak:
+            self._busy_streak = 0
+            self.target_outbound = max(self.config.min_outbound, self.target_outbound - 1)
+
+    def _prune_backoff(self, addr: str, now: float) -> None:
+        self.addresses.hold(addr, now + self.config.prune_backoff_s * self.rng.uniform(1.0, 1.2))
+
