@@ -27,7 +27,7 @@ import rfc8785
 from swarm_app.kernel.swarms import is_swarm_name
 from swarm_app.peer.core.addressbook import format_address, parse_address
 from swarm_app.peer.core.identity import Identity, b64url, node_id_of, unb64url, verify
-from swarm_app.peer.core.wire import MAX_INT, Rejection
+from swarm_app.peer.core.wire import MAX_INT, Rejection, signed_item
 
 RECORD_PREFIX = b"RSP/1 record\n"
 """Domain separation (13 ASCII bytes): a record signature is never a rollout's, a hello's or a probe's."""
@@ -87,7 +87,7 @@ def sign_record(identity: Identity, swarm: str, addrs: list[str] | tuple[str, ..
 
 def parse_record(item: object, swarm: str, now_ms: int) -> NodeRecord:
     """Check one `{"body", "sig"}` item received in a peer list, cheapest checks first, the signature last."""
-    body, sig = _item(item)
+    body, sig = signed_item(item, MAX_RECORD_BYTES, RecordError)
     data = _decode(body)
     record = NodeRecord(body, sig, data["node"], tuple(data["addrs"]), data["reachable"], data["issued_ms"],
                         data["expires_ms"])
@@ -107,23 +107,6 @@ def parse_record(item: object, swarm: str, now_ms: int) -> NodeRecord:
     if not verify(key, sig, RECORD_PREFIX + body):
         raise RecordError("bad_signature")
     return record
-
-
-def _item(item: object) -> tuple[bytes, bytes]:
-    if not isinstance(item, dict) or set(item) != {"body", "sig"}:
-        raise RecordError("schema", "a record item is {body, sig}")
-    body, sig = item["body"], item["sig"]
-    if not isinstance(body, str) or not isinstance(sig, str):
-        raise RecordError("schema", "body and sig must be strings")
-    if len(body) > MAX_RECORD_BYTES:  # cheap pre-check: UTF-8 is never shorter than the code points
-        raise RecordError("too_large", f"body over {MAX_RECORD_BYTES} bytes")
-    try:
-        raw, sig_bytes = body.encode("utf-8"), unb64url(sig)
-    except (UnicodeEncodeError, ValueError):
-        raise RecordError("malformed", "body is not UTF-8 or sig is not base64url") from None
-    if len(raw) > MAX_RECORD_BYTES:
-        raise RecordError("too_large", f"body over {MAX_RECORD_BYTES} bytes")
-    return raw, sig_bytes
 
 
 def _decode(body: bytes) -> dict:

@@ -96,21 +96,26 @@ def sign_rollout(identity: Identity, rollout: Rollout, seq: int, ts_ms: int) -> 
 
 def item_from_json(item: Any) -> SignedRollout:
     """A `{"body": str, "sig": str}` object from a message. Checks shape and size, not content."""
+    return SignedRollout(*signed_item(item, MAX_BODY_BYTES, WireError))
+
+
+def signed_item(item: Any, max_bytes: int, error: type[Rejection]) -> tuple[bytes, bytes]:
+    """(body, signature) bytes of a `{"body": str, "sig": str}` item (a rollout's or a node record's),
+    checked for shape and size only; `error` (a Rejection) otherwise."""
     if not isinstance(item, dict) or set(item) != {"body", "sig"}:
-        raise WireError("schema", "item must be {body, sig}")
+        raise error("schema", "an item is {body, sig}")
     body, sig = item["body"], item["sig"]
     if not isinstance(body, str) or not isinstance(sig, str):
-        raise WireError("schema", "body and sig must be strings")
-    if len(body) > MAX_BODY_BYTES:  # cheap pre-check: UTF-8 is never shorter than the code points
-        raise WireError("too_large", f"body over {MAX_BODY_BYTES} bytes")
+        raise error("schema", "body and sig must be strings")
+    if len(body) > max_bytes:  # cheap pre-check: UTF-8 is never shorter than the code points
+        raise error("too_large", f"body over {max_bytes} bytes")
     try:
-        raw = body.encode("utf-8")
-        sig_bytes = unb64url(sig)
+        raw, sig_bytes = body.encode("utf-8"), unb64url(sig)
     except (UnicodeEncodeError, ValueError):
-        raise WireError("malformed", "body is not UTF-8 or sig is not base64url") from None
-    if len(raw) > MAX_BODY_BYTES:
-        raise WireError("too_large", f"body over {MAX_BODY_BYTES} bytes")
-    return SignedRollout(raw, sig_bytes)
+        raise error("malformed", "body is not UTF-8 or sig is not base64url") from None
+    if len(raw) > max_bytes:
+        raise error("too_large", f"body over {max_bytes} bytes")
+    return raw, sig_bytes
 
 
 def parse_body(body: bytes) -> ParsedBody:
