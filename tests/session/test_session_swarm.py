@@ -38,8 +38,8 @@ def test_two_sessions_exchange_rollouts(stub_model, tmp_path, monkeypatch):
         second_run = asyncio.create_task(second.run())
         for _ in range(600):
             rows = [e.metrics for e in second_events if isinstance(e, RoundFinished)]
-            if rows and rows[-1].rollouts_accepted >= 4:
-                break
+            if rows and rows[-1].rollouts_accepted >= 4 and rows[-1].rollouts_published >= 2:
+                break  # both directions: it received from the first and published its own
             await asyncio.sleep(0.1)
         first.stop()
         second.stop()
