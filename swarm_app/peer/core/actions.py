@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from swarm_app.peer.core.heard import HeardFilter
 from swarm_app.peer.core.pool import PoolEntry
 
 
@@ -38,6 +39,7 @@ class HttpPull:
     addr: str
     have: dict[str, int]
     max: int
+    heard: HeardFilter | None = None
 
 
 @dataclass(frozen=True)

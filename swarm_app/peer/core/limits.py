@@ -74,6 +74,9 @@ class ProtocolConfig:
     pull_interval_s: float = 10.0
     pull_max: int = 20
     """Rollouts asked for per pull (one per author)."""
+    heard_window_s: float = 600.0
+    """Authors heard from this recently go in a pull's `heard` filter (heard.py): answers bring others
+    first. As long as the window over which a node should hear from every author."""
     pull_timeout_s: float = 5.0
     rotate_interval_s: float = 60.0
     """Replace one outbound neighbour this often (when others are known)."""

@@ -21,6 +21,7 @@ from typing import Any, Callable
 import rfc8785
 
 from swarm_app.kernel.swarms import DEFAULT_SWARM, is_swarm_name
+from swarm_app.peer.core.heard import HeardFilter
 from swarm_app.peer.core.identity import Identity, b64url, node_id_of, unb64url, verify
 from swarm_app.peer.core.wire import MAX_FRAME_BYTES, PROTOCOL_VERSION, Rejection
 
@@ -82,6 +83,8 @@ class Pull:
     id: int
     max: int
     have: dict[str, int]
+    heard: HeardFilter | None = None
+    """Authors heard from in the last 10 minutes (optional; nodes from before it send none)."""
 
 
 @dataclass(frozen=True)
@@ -165,7 +168,8 @@ def _pull(d: dict) -> Pull:
         if len(author) > 64:
             raise ValueError("author id")
         _int(ts, 0, 2**53 - 1)
-    return Pull(_int(d["id"], 0, 2**53 - 1), _int(d["max"], 1, MAX_PULL), have)
+    heard = HeardFilter.from_wire(d["heard"]) if "heard" in d else None
+    return Pull(_int(d["id"], 0, 2**53 - 1), _int(d["max"], 1, MAX_PULL), have, heard)
 
 
 def _bye(d: dict) -> Bye:

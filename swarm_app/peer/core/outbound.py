@@ -17,6 +17,7 @@ from swarm_app.peer.core.actions import Action, Close, Dial, FetchPeers, HttpPul
 from swarm_app.peer.core.addressbook import AddressBook
 from swarm_app.peer.core.connections import Connection
 from swarm_app.peer.core.exchange import PeerExchange
+from swarm_app.peer.core.heard import HeardFilter
 from swarm_app.peer.core.limits import ProtocolConfig
 from swarm_app.peer.core.overlay import (
     dials_due,
@@ -106,15 +107,20 @@ class OutboundLinks:
     def _outbound(self) -> list[Connection]:
         return [c for c in self.conns.values() if c.direction == "out"]
 
-    def _have(self, now: float) -> dict[str, int]:
-        cutoff = int(now * 1000) - self.pool.max_age_ms
-        return {a: ts for a, ts in self.heard.items() if ts >= cutoff}
+    def _have(self, now: float) -> tuple[dict[str, int], HeardFilter]:
+        """What a pull tells of this node: the newest timestamp of each author heard from within the
+        freshness window, and a filter of those heard from within the coverage window (heard.py)."""
+        now_ms = int(now * 1000)
+        fresh, lately = now_ms - self.pool.max_age_ms, now_ms - int(self.config.heard_window_s * 1000)
+        have = {a: ts for a, ts in self.heard.items() if ts >= fresh}
+        return have, HeardFilter.of(a for a, ts in self.heard.items() if ts >= lately)
 
-    def _ask(self, conn: Connection, have: dict[str, int], now: float) -> Send:
+    def _ask(self, conn: Connection, have: tuple[dict[str, int], HeardFilter], now: float) -> Send:
         self._pull_id += 1
         conn.pending[self._pull_id] = now + self.config.pull_timeout_s
         self.counters["pulls"] += 1
-        return Send(conn.conn, {"t": "pull", "id": self._pull_id, "max": self.config.pull_max, "have": have})
+        return Send(conn.conn, {"t": "pull", "id": self._pull_id, "max": self.config.pull_max, "have": have[0],
+                                "heard": have[1].to_wire()})
 
     def _probe(self, now: float) -> list[Action]:
         """Ask each outbound neighbour on trial for rollouts at once, then once a pull interval (overlay.py)."""
@@ -141,7 +147,7 @@ class OutboundLinks:
         http_only = [s.addr for s in self.addresses.entries() if s.http_only]
         if http_only:
             self.counters["http_pulls"] += 1
-            return [HttpPull(self.rng.choice(http_only), have, self.config.pull_max)]
+            return [HttpPull(self.rng.choice(http_only), have[0], self.config.pull_max, have[1])]
         return []
 
     def _drop_useless(self, now: float) -> list[Action]:

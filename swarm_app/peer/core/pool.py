@@ -17,6 +17,7 @@ import random
 import threading
 from collections import Counter, OrderedDict, defaultdict
 from dataclasses import dataclass, field
+from typing import Container
 
 from swarm_app.kernel.rollouts import Rollout
 from swarm_app.peer.core.sources import STANDING_FLOOR, prefix_of
@@ -181,10 +182,12 @@ class RolloutPool:
         return chosen
 
     def for_pull(self, have: dict[str, int], limit: int, now_ms: int, requester: str,
-                 rng: random.Random, max_age_ms: int | None = None) -> list[SignedRollout]:
+                 rng: random.Random, max_age_ms: int | None = None,
+                 heard: Container[str] = ()) -> list[SignedRollout]:
         """A pull answer: the newest fresh rollout of each author newer than what the requester has,
-        one per author, authors it has not heard from first, then those heard from longest ago.
-        `max_age_ms`: only rollouts this recent (default: the pool's freshness window)."""
+        one per author, authors it has not heard from (in neither `have` nor `heard`) first, then those
+        heard from longest ago. `max_age_ms`: only rollouts this recent (default: the pool's freshness
+        window)."""
         cutoff = now_ms - (self.max_age_ms if max_age_ms is None else max_age_ms)
         newest: dict[str, PoolEntry] = {}
         with self._lock:
@@ -196,7 +199,7 @@ class RolloutPool:
                     newest[entry.author] = entry
         authors = list(newest)
         rng.shuffle(authors)
-        authors.sort(key=lambda a: (a in have, have.get(a, 0)))  # stable: unheard first, then oldest heard
+        authors.sort(key=lambda a: (a in have or a in heard, have.get(a, 0)))  # stable: unheard, then oldest
         return [newest[a].signed for a in authors[:limit]]
 
 

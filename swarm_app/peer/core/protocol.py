@@ -28,6 +28,7 @@ from swarm_app.peer.core.addressbook import AddressBook, format_address, parse_a
 from swarm_app.peer.core.admission import Accepted, Admission
 from swarm_app.peer.core.connections import Connection, InboundSlots
 from swarm_app.peer.core.exchange import PeerExchange
+from swarm_app.peer.core.heard import HeardFilter
 from swarm_app.peer.core.identity import Identity
 from swarm_app.peer.core.limits import ProtocolConfig
 from swarm_app.peer.core.messages import MAX_HAVE, Bye, MessageError, Pull, Push, Sample, decode_frame, fit_items
@@ -264,7 +265,7 @@ class NodeCore(OutboundLinks):
     def _answer_pull(self, c: Connection, pull: Pull, now: float) -> Send:
         self.counters["pulls_served"] += 1
         signed = self.pool.for_pull(pull.have, min(pull.max, self.config.pull_max), int(now * 1000), c.peer, self.rng,
-                                    int(self.config.pull_fresh_s * 1000))
+                                    int(self.config.pull_fresh_s * 1000), pull.heard or ())
         return Send(c.conn, {"t": "sample", "re": pull.id, "items": fit_items([s.to_item() for s in signed])})
 
     def _receive(self, c: Connection, items: list[Any], pushed: bool, now: float) -> list[Action]:
@@ -368,12 +369,13 @@ class NodeCore(OutboundLinks):
         """The round trip of a hello with `peer`, kept as its latency for the views."""
         self.peers.get(peer, now).latency_ms = round(rtt_s * 1000, 1)
 
-    def serve_http_sample(self, have: dict[str, int], limit: int, now: float) -> list[Any]:
+    def serve_http_sample(self, have: dict[str, int], limit: int, now: float,
+                          heard: HeardFilter | None = None) -> list[Any]:
         """The answer to GET /sample (the HTTP fallback pull): as a websocket pull is answered, for an
         anonymous requester, at most `pull_max` items."""
         self.counters["http_samples_served"] += 1
         signed = self.pool.for_pull(have, max(1, min(limit, self.config.pull_max)), int(now * 1000), "", self.rng,
-                                    int(self.config.pull_fresh_s * 1000))
+                                    int(self.config.pull_fresh_s * 1000), heard or ())
         return fit_items([s.to_item() for s in signed])
 
     def set_reachable(self, reachable: bool | None) -> None:

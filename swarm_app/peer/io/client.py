@@ -18,6 +18,7 @@ from typing import Any
 import aiohttp
 
 from swarm_app.peer.core.addressbook import format_address, parse_address
+from swarm_app.peer.core.heard import HeardFilter
 from swarm_app.peer.core.identity import Identity
 from swarm_app.peer.core.messages import Bye, ClientHandshake, Hello, decode_frame, encode
 from swarm_app.peer.core.wire import MAX_FRAME_BYTES, WS_MAX_MSG_SIZE
@@ -133,10 +134,14 @@ async def fetch_peers(session: aiohttp.ClientSession, addr: str, timeout_s: floa
 
 
 async def fetch_sample(session: aiohttp.ClientSession, addr: str, have: dict[str, int], limit: int,
-                       timeout_s: float) -> list[Any]:
-    """HTTP fallback pull. `have` is cut to the most recently heard MAX_HAVE_IN_QUERY authors."""
+                       timeout_s: float, heard: HeardFilter | None = None) -> list[Any]:
+    """HTTP fallback pull. `have` is cut to the most recently heard MAX_HAVE_IN_QUERY authors; `heard`
+    goes as K.BITS."""
     recent = sorted(have.items(), key=lambda kv: kv[1], reverse=True)[:MAX_HAVE_IN_QUERY]
     params = {"max": str(limit), "have": ",".join(f"{a}.{ts}" for a, ts in recent)}
+    if heard is not None:
+        wire = heard.to_wire()
+        params["heard"] = f"{wire['k']}.{wire['bits']}"
     data = await get_json(session, f"{base_url(addr)}/sample", timeout_s, params)
     items = data.get("items", []) if isinstance(data, dict) else []
     return items if isinstance(items, list) else []

@@ -571,7 +571,7 @@ class PeerNode:
         assert self._session is not None
         try:
             items = await client.fetch_sample(self._session, action.addr, action.have, action.max,
-                                              self.config.request_timeout_s)
+                                              self.config.request_timeout_s, action.heard)
         except client.PeerUnavailable as exc:
             log.debug("HTTP pull from %s failed: %s", action.addr, exc)
             self.core.on_dial_failed(action.addr, self.clock())

@@ -10,6 +10,7 @@ from collections import Counter
 from swarm_app.kernel.tasks import HELDOUT_SEED
 from swarm_app.peer.core.actions import Close, Dial, FetchPeers, HttpPull, Send
 from swarm_app.peer.core.addressbook import AddressBook, parse_address
+from swarm_app.peer.core.heard import HeardFilter
 from swarm_app.peer.core.protocol import ProtocolConfig
 from tests.peer.helpers import make_rollout, make_rollouts
 from tests.peer.sim import START, Simulation
@@ -96,6 +97,7 @@ def test_pulls_go_to_one_neighbour_per_interval_with_what_we_have():
         pulls += [(now, a) for a in hub.tick(now) if isinstance(a, Send) and a.message["t"] == "pull"]
     assert 17 <= len(pulls) <= 23  # every 1 s +-10%
     assert all(a.message["have"] == {"someauthor": int(START * 1000)} for _, a in pulls)
+    assert all("someauthor" in HeardFilter.from_wire(a.message["heard"]) for _, a in pulls)
     assert len({a.conn for _, a in pulls}) == 2
 
 

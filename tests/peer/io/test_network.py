@@ -10,6 +10,7 @@ import time
 
 import aiohttp
 
+from swarm_app.peer.core.heard import HeardFilter
 from swarm_app.peer.core.identity import Identity
 from swarm_app.peer.core.wire import item_from_json, parse_body
 from swarm_app.peer.io.local_nodes import local_swarm, wait_until_meshed
@@ -75,6 +76,11 @@ async def test_endpoints_info_peers_sample_metrics():
             assert parse_body(item_from_json(items[0]).body).rollout.author == a.node_id
             async with http.get(f"{base}/sample", params={"max": "x"}) as resp:
                 assert resp.status == 400
+            heard = HeardFilter.of([a.node_id]).to_wire()
+            async with http.get(f"{base}/sample", params={"max": "2", "heard": f"{heard['k']}.{heard['bits']}"}) as resp:
+                assert resp.status == 200 and len((await resp.json())["items"]) == 1  # heard: later, not never
+            async with http.get(f"{base}/sample", params={"heard": "7.short"}) as resp:
+                assert resp.status == 400 and "heard" in (await resp.json())["error"]
             async with http.get(f"http://{a.address}/metrics") as resp:
                 text = await resp.text()
             assert resp.status == 200 and "rsp_published_total 3.0" in text and 'rsp_neighbours{direction="in"} 1.0' in text
