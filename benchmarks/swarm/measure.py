@@ -53,6 +53,8 @@ class Recorder(Observer):
         """(node, minute) -> rollouts received."""
         self.bytes: Counter[tuple[int, int]] = Counter()
         """(node, minute) -> bytes sent and received."""
+        self.leaf_bytes_by_message: Counter[str] = Counter()
+        """"sent pull", "received sample", ...: bytes of honest nodes behind NAT in the main window."""
         self.max_inbound: Counter[int] = Counter()
         self.low_since: dict[int, float] = {}
         self.longest_low: Counter[int] = Counter()
@@ -95,6 +97,10 @@ class Recorder(Observer):
         minute = int((self.network.now - START) // 60)
         self.bytes[sender.index, minute] += size
         self.bytes[receiver.index, minute] += size
+        if self.main.start <= self.network.now <= self.main.end:
+            for node, way in ((sender, "sent"), (receiver, "received")):
+                if node.role == "honest" and not node.reachable:
+                    self.leaf_bytes_by_message[f"{way} {message.get('t')}"] += size
         if message.get("t") in ("push", "sample"):
             self.received[receiver.index, minute] += len(message["items"])
 

@@ -65,7 +65,10 @@ def cost_figures(run: Run) -> dict[str, Any]:
     leaf_rollouts, hub_rollouts = rates(rec.received, leaves), rates(rec.received, hubs)
     leaf_bytes, hub_bytes = rates(rec.bytes, leaves), rates(rec.bytes, hubs)
     peaks = [rec.peak_minute(rec.received, n, window.start, window.end) for n in leaves]
+    leaf_minutes = len(leaves) * (window.end - window.start) / 60 or 1
     return {
+        "leaf_bytes_per_min_by_message": {k: round(v / leaf_minutes) for k, v in
+                                          sorted(rec.leaf_bytes_by_message.items())},
         "leaf_rollouts_per_min_max": _round(max(leaf_rollouts, default=None), 1),
         "leaf_rollouts_per_min_median": _round(statistics.median(leaf_rollouts) if leaf_rollouts else None, 1),
         "leaf_rollouts_peak_minute_max": max(peaks, default=None),
