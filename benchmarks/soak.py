@@ -81,7 +81,7 @@ def node_figures(node, rounds: int) -> dict:
             "seen_floors": len(core.admission.seen._floors), "heard": len(core.heard),
             "peer_records": len(core.peers.records()), "addresses": len(core.addresses),
             "author_buckets": len(core.admission._author_buckets), "rejected": dict(stats.rejected),
-            "tasks": len(node._tasks), "links": len(node._links), "gate_open": node.gate.open,
+            "tasks": len(node._tasks), "links": len(node.send_queues.links), "gate_open": node.gate.open,
             "rounds": rounds, "published": stats.published, "accepted": stats.accepted,
             "neighbours": stats.neighbours, "bans": stats.bans,
             "banned_now": sum(r.is_banned(now) for r in core.peers.records())}

@@ -1,10 +1,10 @@
 """`PeerNode`: the RSP/1 node on one asyncio loop, and the trainer's `RolloutExchange`.
 
-It wires the sans-IO core (protocol.NodeCore) to aiohttp: runs the server, dials peers, reads and
-writes websockets (one bounded send queue and writer task per connection), runs HTTP side calls,
-mDNS and the peer table, and carries out the core's actions. `publish`, `sample` and `record_used`
-are safe to call from the training thread and never block or raise: work crosses to the loop with
-call_soon_threadsafe, and the pool has its own lock. It makes no protocol decision of its own.
+It wires the sans-IO core (protocol.NodeCore) to aiohttp: runs the server, reads websockets, runs mDNS
+and the peer table, and carries out the core's actions, the outbound ones (send queues, dials, peer-list
+fetches, HTTP pulls) through peer/io/outbound.py. `publish`, `sample` and `record_used` are safe to call
+from the training thread and never block or raise: work crosses to the loop with call_soon_threadsafe,
+and the pool has its own lock. It makes no protocol decision of its own.
 It also runs the dial-back check (peer/io/reachability.py), whose verdict goes to `NodeCore.set_reachable`
 and the addresses it reached this node at to `NodeCore.set_dialable` (what its signed record names),
 and keeps the refusals of hellos from other swarms and older versions (`refusals`) for the log and views.
@@ -25,7 +25,6 @@ import random
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Coroutine
 
@@ -43,46 +42,23 @@ from swarm_app.peer.core.admission import Admission
 from swarm_app.peer.core.config import PeerConfig
 from swarm_app.peer.core.identity import Identity, IdentityStore
 from swarm_app.peer.core.limits import fitted_limits
-from swarm_app.peer.core.messages import HandshakeError, Hello, MessageError, SwarmMismatch, encode
+from swarm_app.peer.core.messages import Hello
 from swarm_app.peer.core.pool import PoolEntry, RolloutPool, SeenCache
 from swarm_app.peer.core.protocol import NodeCore
 from swarm_app.peer.core.scores import PeerBook
 from swarm_app.peer.core.stats import NodeStats, snapshot
 from swarm_app.peer.io import client, discovery, server, upnp
 from swarm_app.peer.io.metrics import NodeMetrics
+from swarm_app.peer.io.outbound import Dialer, SendQueues
 from swarm_app.peer.io.reachability import DialBack
 
 log = logging.getLogger(__name__)
 
-SEND_QUEUE = 256
-"""Messages waiting for one peer; beyond this they are dropped (a slow peer must not grow memory)."""
-SEND_QUEUE_BYTES = 8 * 1024 * 1024
-"""Bytes waiting for one peer: a peer that asks for samples and never reads gets nothing more."""
 TABLE_SAVE_S = 300.0
 REFUSAL_KINDS = 32
 """Distinct refusal reasons counted (each swarm name is one): hellos naming random swarms cannot grow memory."""
 
 Listener = Callable[[PoolEntry, bool], None]
-
-
-SEND_TOTAL_BYTES = 32 * 1024 * 1024
-"""Bytes waiting for all peers together: beyond it the link with the most waiting is dropped. Without it 72
-links (64 in, 8 out) of peers that read just fast enough to pass the write timeout could hold 8 MiB each."""
-
-
-@dataclass
-class Link:
-    """One established websocket: its send queue (SEND_QUEUE messages, SEND_QUEUE_BYTES at most) and the
-    writer task that empties it, each send within request_timeout_s. A peer whose queue overflows, or
-    that takes longer than that to accept a message, has stopped reading: its connection is cut off
-    (RST), its queue emptied, so that nothing it did not read stays in memory."""
-
-    ws: Any
-    queue: asyncio.Queue
-    writer: asyncio.Task | None = None
-    queued_bytes: int = 0
-    dropped: bool = False
-    """Cut off for not reading: no bye, no close handshake (they would wait behind what it did not read)."""
 
 
 class PeerNode:
@@ -115,7 +91,9 @@ class PeerNode:
         self._sample_rng = random.Random(self.rng.random())
         self._sample_lock = threading.Lock()
         self._listeners: list[Listener] = []
-        self._links: dict[int, Link] = {}
+        self.send_queues = SendQueues(self.core, config.request_timeout_s)
+        """A send queue and writer per established websocket."""
+        self.dialer = Dialer(self, self._execute)
         self._tasks: set[asyncio.Task] = set()
         self._next_conn = 0
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -245,11 +223,7 @@ class PeerNode:
         if self.stopping:
             return
         self.stopping = True
-        for conn in list(self._links):
-            self._close(conn, "shutdown")
-        writers = [link.writer for link in self._links.values() if link.writer is not None]
-        if writers:
-            await asyncio.wait(writers, timeout=1.0)
+        await self.send_queues.close_all("shutdown", wait_s=1.0)
         if self._mdns is not None:
             await self._mdns.stop()
         if self.mapping is not None:
@@ -382,17 +356,17 @@ class PeerNode:
     def _execute(self, actions: list[Action]) -> None:
         for action in actions:
             if isinstance(action, Send):
-                self._send(action.conn, action.message)
+                self.send_queues.send(action.conn, action.message)
             elif isinstance(action, Close):
-                self._close(action.conn, action.reason)
+                self.send_queues.close(action.conn, action.reason)
             elif isinstance(action, Admitted):
                 self._notify(action)
             elif isinstance(action, Dial):
-                self._spawn(self._dial(action.addr))
+                self._spawn(self.dialer.dial(action.addr))
             elif isinstance(action, FetchPeers):
-                self._spawn(self._fetch_peers(action.addr))
+                self._spawn(self.dialer.fetch_peers(action.addr))
             elif isinstance(action, HttpPull):
-                self._spawn(self._http_pull(action))
+                self._spawn(self.dialer.http_pull(action))
 
     def _spawn(self, coro: Coroutine) -> None:
         if self.stopping or self._session is None:
@@ -409,83 +383,7 @@ class PeerNode:
             except Exception:  # a view's bug must not break admission
                 log.exception("rollout listener failed")
 
-    def _send(self, conn: int, message: dict) -> None:
-        link = self._links.get(conn)
-        if link is None or link.dropped:
-            return
-        text = encode(message)
-        if link.queued_bytes + len(text) > SEND_QUEUE_BYTES or link.queue.full():
-            slowest = link  # it has stopped reading: drop the peer, not just this message
-        elif sum(other.queued_bytes for other in self._links.values()) + len(text) > SEND_TOTAL_BYTES:
-            slowest = max(self._links.values(), key=lambda other: other.queued_bytes)
-        else:
-            link.queue.put_nowait(text)
-            link.queued_bytes += len(text)
-            return
-        self.core.count("send_dropped")
-        log.info("a peer stopped reading (%d messages, %d bytes waiting): disconnected", slowest.queue.qsize(),
-                 slowest.queued_bytes)
-        slowest.dropped = True
-        while not slowest.queue.empty():  # freed now; the writer's finally cuts the connection
-            slowest.queue.get_nowait()
-        server.TRIMMER.freed(slowest.queued_bytes)  # and given back to the OS soon (kernel/memory.py)
-        slowest.queued_bytes = 0
-        if slowest.writer is not None:
-            slowest.writer.cancel()
-        if slowest is not link:  # room was made for this message (at most one drop per link: this ends)
-            self._send(conn, message)
-
-    def _close(self, conn: int, reason: str) -> None:
-        link = self._links.get(conn)
-        if link is None:
-            return
-        try:
-            if reason:
-                link.queue.put_nowait(encode({"t": "bye", "reason": reason}))
-            link.queue.put_nowait(None)
-        except asyncio.QueueFull:  # no room for a bye: it is not reading anyway
-            link.dropped = True
-            if link.writer is not None:
-                link.writer.cancel()  # its finally empties the queue and cuts the connection
-
     # --- connections
-
-    async def _dial(self, addr: str) -> None:
-        assert self._session is not None
-        try:
-            ws, hello, rtt_s = await client.dial(self._session, addr, self.identity, self.announced,
-                                                 self.config.handshake_timeout_s, self.config.heartbeat_s,
-                                                 self.config.swarm)
-        except client.Refused as exc:  # a closed door ("banned", another swarm, a newer version): back off
-            self._note_refusal(addr, exc)
-            self.core.count("dial_failures")
-            self._execute(self.core.on_dial_failed(addr, self.clock()))
-            log.debug("%s", exc)
-            return
-        except SwarmMismatch as exc:
-            self.refused(str(exc), addr)
-            self.core.count("dial_failures")
-            self._execute(self.core.on_dial_failed(addr, self.clock()))
-            return
-        except client.PeerUnavailable as exc:
-            self.core.count("dial_failures")
-            self._execute(self.core.on_dial_failed(addr, self.clock(), exc.http_only, exc.busy))
-            log.debug("%s", exc)
-            return
-        except (HandshakeError, MessageError) as exc:
-            self.core.on_handshake_failed()
-            self.core.on_dial_failed(addr, self.clock())
-            log.info("peer at %s failed the hello: %s", addr, exc)
-            return
-        await self.serve(ws, hello, "out", addr, parse_address(addr)[0], rtt_s=rtt_s)
-
-    def _note_refusal(self, addr: str, exc: client.Refused) -> None:
-        if exc.reason == "swarm":
-            self.refused(f"swarm {exc.swarm!r} != {self.config.swarm!r}: it is in another swarm (join it with "
-                         f"--swarm {exc.swarm}, or drop the address)", addr)
-        elif exc.reason == "version":
-            self.refused("it refused our hello as an unknown version: it runs a newer swarm-app; update "
-                         "(re-run install.sh / install.ps1, or pip install -U swarm-app)", addr)
 
     async def serve(self, ws: Any, hello: Hello, direction: str, dialed: str | None, ip: str,
                     rtt_s: float | None = None) -> None:
@@ -502,18 +400,16 @@ class PeerNode:
             return
         if rtt_s is not None:
             self.core.on_latency(hello.node, rtt_s, self.clock())
-        link = self._links[conn] = Link(ws, asyncio.Queue(maxsize=SEND_QUEUE))
-        link.writer = asyncio.get_running_loop().create_task(self._writer(link))
+        self.send_queues.open(conn, ws)
         self._execute(actions)
         log.info("peer %s connected (%s, %s)", hello.node[:12], direction, dialed or ip)
         try:
             async for msg in ws:  # ends on close; an oversized frame arrives as one ERROR message first
                 self._on_message(conn, msg)
         finally:
-            del self._links[conn]
+            writer = self.send_queues.remove(conn)
             self.core.on_disconnected(conn, self.clock())
-            link.writer.cancel()
-            await asyncio.gather(link.writer, return_exceptions=True)
+            await asyncio.gather(writer, return_exceptions=True)
             log.info("peer %s disconnected", hello.node[:12])
 
     def _on_message(self, conn: int, msg: aiohttp.WSMessage) -> None:
@@ -528,55 +424,8 @@ class PeerNode:
                 self._execute(self.core.on_frame_error(conn, "frame_too_large" if too_big else "bad_message", now))
         except Exception:  # the core must not raise on peer input; if it does, drop this peer, not the node
             log.exception("handling a message from connection %d failed; closing it", conn)
-            self._close(conn, "internal error")
+            self.send_queues.close(conn, "internal error")
 
-    async def _writer(self, link: Link) -> None:
-        polite = False
-        try:
-            while (text := await link.queue.get()) is not None:
-                link.queued_bytes -= len(text)
-                async with asyncio.timeout(self.config.request_timeout_s):  # a peer that stops reading is dropped
-                    await link.ws.send_str(text)
-            polite = not link.dropped  # a close asked for (bye sent, or none to send): the close handshake
-        except (ConnectionError, TimeoutError, aiohttp.ClientError) as exc:
-            log.debug("send failed: %r", exc)
-            server.forget_frames(exc)  # else a cycle through asyncio's waiter keeps the unsent frame (<= 1 MiB) alive
-        finally:
-            while not link.queue.empty():  # what it will never be sent is freed now, not with the link
-                link.queue.get_nowait()
-            link.queued_bytes = 0
-            try:
-                if polite:  # aiohttp's close waits for the peer's close frame, unbounded while it drains ours
-                    async with asyncio.timeout(self.config.request_timeout_s):
-                        await link.ws.close()
-            except (ConnectionError, TimeoutError, aiohttp.ClientError):
-                polite = False
-            except BaseException:  # cancelled mid-close: aiohttp would leave a graceful close flushing forever
-                polite = False
-                raise
-            finally:
-                if not polite:  # RST: asyncio's buffer and the kernel's send queue are freed at once
-                    server.abort_websocket(link.ws)
-
-    async def _fetch_peers(self, addr: str) -> None:
-        assert self._session is not None
-        try:
-            answer = await client.fetch_peers(self._session, addr, self.config.request_timeout_s)
-        except client.PeerUnavailable as exc:
-            log.debug("peer exchange with %s failed: %s", addr, exc)
-            return
-        self.core.on_peer_list(answer, self.clock(), addr)
-
-    async def _http_pull(self, action: HttpPull) -> None:
-        assert self._session is not None
-        try:
-            items = await client.fetch_sample(self._session, action.addr, action.have, action.max,
-                                              self.config.request_timeout_s, action.heard)
-        except client.PeerUnavailable as exc:
-            log.debug("HTTP pull from %s failed: %s", action.addr, exc)
-            self.core.on_dial_failed(action.addr, self.clock())
-            return
-        self._execute(self.core.on_http_sample(action.addr, items, self.clock()))
 
 
 def _is_loopback(host: str) -> bool:

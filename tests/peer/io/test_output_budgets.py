@@ -108,11 +108,11 @@ async def test_a_websocket_peer_that_stops_reading_is_dropped_and_its_connection
             open_before = node.gate.open
             ws = await RawWebsocket.connect(node.address, ATTACKER)
             await ws.hello(Identity.generate())
-            assert await wait_for(lambda: len(node._links) == 1, 5.0)
+            assert await wait_for(lambda: len(node.send_queues.links) == 1, 5.0)
             started = time.monotonic()
             for i in range(pulls):
                 ws.send({"t": "pull", "id": i, "max": 64, "have": {}})
-            dropped = await wait_for(lambda: not node._links, 10.0)
+            dropped = await wait_for(lambda: not node.send_queues.links, 10.0)
             took = time.monotonic() - started
             freed = await wait_for(lambda: node.gate.open == open_before, 5.0)
             counters = dict(node.core.counters)
