@@ -33,7 +33,6 @@ from swarm_app.kernel.events import (
     RunStarted,
     RunStopped,
     SharingChanged,
-    SwarmJoined,
 )
 from swarm_app.kernel.files import check_writable_folder
 from swarm_app.kernel.paths import user_dirs
@@ -45,16 +44,14 @@ from swarm_app.resources.pausing import Pausing
 from swarm_app.resources.policy import GuestPolicy
 from swarm_app.session.bus import EventBus, LogForwarder
 from swarm_app.session.engine import OpenedEngine, open_engine, prepare_model
-from swarm_app.session.peer_events import PeerTracker
+from swarm_app.session.peering import Peering
 from swarm_app.session.setup import (
     check_run_matches,
     detect_hardware,
     load_checkpoint_adapter,
     move_old_run_aside,
-    peer_config,
     run_dir_of,
     run_seed,
-    usable_listen,
     write_failed,
     write_run_file,
 )
@@ -113,8 +110,7 @@ class Session:
         self.trainer: Trainer | None = None
         self.engine: OpenedEngine | None = None
         self.model = None
-        self.peer_config = None
-        self.peer_node = exchange if callable(getattr(exchange, "stats", None)) else None
+        self.peering = Peering(self.events, exchange)  # the peer node: built, started, watched, stopped
         self.seed = 0
         self.last_row: dict = {}
         self.next_round = 1
@@ -130,8 +126,17 @@ class Session:
         self._stop_event: asyncio.Event | None = None
         self._wake: asyncio.Event | None = None
         self._eval_requested = False
-        self._alone_warned = False
         self._engine_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="swarm-engine")
+
+    @property
+    def peer_node(self):
+        """The peer node the views show (the session's own or the caller's); None when offline."""
+        return self.peering.node
+
+    @property
+    def peer_config(self):
+        """The config of the session's own peer node (None when there is none, or the caller brought it)."""
+        return self.peering.config
 
     @property
     def paused(self) -> bool:
@@ -165,8 +170,7 @@ class Session:
 
     def set_sharing(self, share: bool) -> None:
         """Send own rollouts to peers (True) or only receive (False), from the next rollout on."""
-        if self.peer_node is not None:
-            self.peer_node.set_sharing(share)
+        self.peering.set_sharing(share)
         self.events.publish(SharingChanged(share))
 
     def evaluate_now(self) -> None:
@@ -190,8 +194,7 @@ class Session:
         specs = tasks.preset(self.settings.tasks.preset)
         self.hardware = self.hardware or detect_hardware(self.settings.model.backend)
         self.guest = GuestPolicy(self.settings.resources, self.hardware.cores, self.settings.model.threads)
-        if self.exchange is None and self.settings.peer.enabled:
-            self.peer_config = peer_config(self.settings)
+        self.peering.configure(self.settings)
         self.model = prepare_model(self.settings)  # its swarm.toml, below every layer the user set
         model_dir = self.model.folder
         check_writable_folder(self.run_dir, "--run-dir")
@@ -201,8 +204,7 @@ class Session:
         # port check (which would warn of the other node's port); a new folder is made only once the
         # listen address is good too, so that bad input writes nothing.
         self._lock = RunLock.acquire(self.run_dir) if self.run_dir.is_dir() else None
-        if self.peer_config is not None:
-            self.peer_config = usable_listen(self.peer_config, self.settings)
+        self.peering.claim_listen(self.settings)
         self._lock = self._lock or RunLock.acquire(self.run_dir)
         if self._already_finished():
             return
@@ -216,7 +218,7 @@ class Session:
             self.metrics.keep_rounds(0)  # rows of rounds that never reached a checkpoint
         write_run_file(self.run_dir, model_dir, self.settings, self.seed, self.backend_name)
         if self.exchange is None and self.peer_config is not None:
-            self.exchange = self._peer_node()
+            self.exchange = self.peering.build(lambda: self.last_row)
         self.trainer = Trainer(backend, self._plan(specs), self.exchange, self._report)
 
     def _relock(self) -> None:
@@ -257,16 +259,6 @@ class Session:
 
         self.engine = open_engine(self.settings, self.hardware, model=self.model, on_attempt=loading)
         return self.engine.backend
-
-    def _peer_node(self):
-        """This user's peer node, built now and started when the run begins; /metrics also shows the
-        training figures of the last round."""
-        from swarm_app.peer.io.node import PeerNode  # deferred: only networked runs need aiohttp's server side
-        from swarm_app.training.prometheus import RoundCollector
-
-        node = PeerNode.from_config(self.peer_config, collectors=(RoundCollector(lambda: self.last_row),))
-        self.peer_node = node
-        return node
 
     def _plan(self, specs: list[tasks.TaskSpec]) -> RoundPlan:
         t, m = self.settings.train, self.settings.model
@@ -352,9 +344,9 @@ class Session:
         reason, error = "finished", None
         watchers: list[asyncio.Future] = []
         try:
-            await self._join_swarm()
+            await self.peering.join()
             await self._publish_solo_curve()
-            watchers = [asyncio.ensure_future(self._watch_peers()),
+            watchers = [asyncio.ensure_future(self.peering.watch()),
                         asyncio.ensure_future(self.pausing.watch_rules(self.guest))]
             if self.baseline and last_done == 0:
                 self.baseline_result = await self._evaluate(0, "baseline")
@@ -368,7 +360,7 @@ class Session:
                     metrics = await self.on_engine(self._run_round_as_guest, t)
                 except RoundAbandoned:
                     break
-                metrics = dataclasses.replace(metrics, rss_bytes=_process_memory(), **self._swarm_figures())
+                metrics = dataclasses.replace(metrics, rss_bytes=_process_memory(), **self.peering.figures())
                 await asyncio.to_thread(self._record, metrics.to_row())
                 last_done, self.next_round = t, t + 1
                 self.events.publish(RoundFinished(metrics))
@@ -386,8 +378,7 @@ class Session:
                 watcher.cancel()
             if last_done > last_saved:
                 await self._save_at_exit(last_done, error)
-            if self.peer_node is not None and self.peer_config is not None:
-                await self.peer_node.stop()  # a node the session started; the demo stops its own
+            await self.peering.leave()
             self.events.publish(RunStopped(last_done, reason, str(self.run_dir), self.last_checkpoint))
         return last_done
 
@@ -426,16 +417,6 @@ class Session:
             nice = LEVELS[self.settings.resources.level][1]
             self.priority = lower_priority(nice)
 
-    async def _watch_peers(self, interval_s: float = 1.0) -> None:
-        """Peer events for the views, from the node's snapshot once a second."""
-        if self.peer_node is None:
-            return
-        tracker = PeerTracker()
-        while True:
-            for event in tracker.update(self.peer_node.stats()):
-                self.events.publish(event)
-            await asyncio.sleep(interval_s)
-
     async def _evaluate(self, round_index: int, kind: str) -> EvalResult | None:
         """A held-out evaluation on the engine thread, kept as a row of its own in metrics.jsonl; None
         when a stop cut it short (nothing is written then)."""
@@ -460,18 +441,6 @@ class Session:
         self.last_row = row
         self.metrics_rows += 1
 
-    async def _join_swarm(self) -> None:
-        """Start this user's peer node (built in open()). It never blocks training: unreachable peers are
-        retried later."""
-        if self.peer_node is None:
-            return
-        if self.peer_config is not None:  # the caller's node (the demo) is started by the caller
-            await self.peer_node.start()  # the address was probed in open(); only a race with another program fails here
-        node = self.peer_node
-        checked = 0 if node.config.local_only else node.public_port
-        self.events.publish(SwarmJoined(node.node_id, node.address or "", node.config.swarm, len(node.config.bootstrap),
-                                        checked or 0))
-
     async def _publish_solo_curve(self) -> None:
         """For a node that learns from peers: a solo run of the same model to compare with, when one is found
         (session/solo.py); the views say so when none is."""
@@ -481,25 +450,6 @@ class Session:
                                         self.settings.tasks.preset, self.run_dir)
         if found is not None:
             self.events.publish(found)
-
-    def _swarm_figures(self) -> dict:
-        if self.peer_node is None:
-            return {}
-        stats = self.peer_node.stats()
-        self._warn_when_alone(stats.neighbours)
-        return {"peers": stats.neighbours, "pool": stats.pool_size, "rollouts_published": stats.published,
-                "rollouts_sent": stats.sent, "rollouts_accepted": stats.accepted,
-                "rollouts_rejected": sum(stats.rejected.values())}
-
-    def _warn_when_alone(self, neighbours: int) -> None:
-        """Say once (until a peer connects) that the peers the user named cannot be reached."""
-        bootstrap = self.peer_config.bootstrap if self.peer_config else ()
-        if neighbours or not bootstrap:
-            self._alone_warned = False
-        elif not self._alone_warned:
-            self._alone_warned = True
-            log.warning("no peer connected: %s cannot be reached (yet). Training alone and retrying; check "
-                        "that the address is right and that the node there runs `swarm run`", ", ".join(bootstrap))
 
     async def _save_at_exit(self, t: int, error: BaseException | None) -> None:
         """Checkpoint the last completed round on the way out; when the run is already failing (`error`),

@@ -1,0 +1,109 @@
+"""`Peering`: a session's part in the swarm, from building its peer node to stopping it.
+
+A session either runs a node of its own ([peer] enabled: built in `Session.open` from the settings,
+started when the run begins, stopped when it ends) or shows the one its caller made and runs (the demo's
+`exchange`, when it has `stats()`). Either way the views get the node's events (`SwarmJoined`, then peer
+events once a second), each round's metrics row gets the swarm's figures, and the user is told once when
+the peers they named cannot be reached. Training never waits on any of it: unreachable peers are the
+node's to retry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any, Callable
+
+from swarm_app.kernel.events import SwarmJoined
+from swarm_app.kernel.rollouts import RolloutExchange
+from swarm_app.kernel.settings import Settings
+from swarm_app.session.bus import EventBus
+from swarm_app.session.peer_events import PeerTracker
+from swarm_app.session.setup import peer_config, usable_listen
+
+if TYPE_CHECKING:
+    from swarm_app.peer.core.config import PeerConfig
+
+log = logging.getLogger(__name__)
+
+
+class Peering:
+    def __init__(self, events: EventBus, exchange: RolloutExchange | None) -> None:
+        self.events = events
+        self.node: Any = exchange if callable(getattr(exchange, "stats", None)) else None
+        """The node shown in the views: the session's own, or the caller's; None when the run is offline."""
+        self.config: PeerConfig | None = None
+        """The config of the session's own node (None when the caller brought the node, or there is none)."""
+        self._brought = exchange is not None
+        self._alone_warned = False
+
+    def configure(self, settings: Settings) -> None:
+        """The config of the session's own node from the [peer] settings (UsageError when they are bad): when
+        [peer] enabled says so and the caller brought no node."""
+        if not self._brought and settings.peer.enabled:
+            self.config = peer_config(settings)
+
+    def claim_listen(self, settings: Settings) -> None:
+        """A listen address that binds now (session/setup.py usable_listen): a busy default port becomes a free one."""
+        if self.config is not None:
+            self.config = usable_listen(self.config, settings)
+
+    def build(self, last_row: Callable[[], dict]):
+        """This user's peer node, built now and started by `join()`; /metrics also shows the training
+        figures of the last round (`last_row()`)."""
+        from swarm_app.peer.io.node import PeerNode  # deferred: only networked runs need aiohttp's server side
+        from swarm_app.training.prometheus import RoundCollector
+
+        self.node = PeerNode.from_config(self.config, collectors=(RoundCollector(last_row),))
+        return self.node
+
+    async def join(self) -> None:
+        """Start the session's own node (built in open()) and announce it. It never blocks training:
+        unreachable peers are retried later."""
+        if self.node is None:
+            return
+        if self.config is not None:  # the caller's node (the demo) is started by the caller
+            await self.node.start()  # the address was probed in open(); only a race with another program fails here
+        node = self.node
+        checked = 0 if node.config.local_only else node.public_port
+        self.events.publish(SwarmJoined(node.node_id, node.address or "", node.config.swarm, len(node.config.bootstrap),
+                                        checked or 0))
+
+    async def watch(self, interval_s: float = 1.0) -> None:
+        """Peer events for the views, from the node's snapshot once a second."""
+        if self.node is None:
+            return
+        tracker = PeerTracker()
+        while True:
+            for event in tracker.update(self.node.stats()):
+                self.events.publish(event)
+            await asyncio.sleep(interval_s)
+
+    async def leave(self) -> None:
+        """Stop the node the session started; the demo stops its own."""
+        if self.node is not None and self.config is not None:
+            await self.node.stop()
+
+    def set_sharing(self, share: bool) -> None:
+        if self.node is not None:
+            self.node.set_sharing(share)
+
+    def figures(self) -> dict:
+        """The swarm's columns of a round's metrics row (none offline)."""
+        if self.node is None:
+            return {}
+        stats = self.node.stats()
+        self._warn_when_alone(stats.neighbours)
+        return {"peers": stats.neighbours, "pool": stats.pool_size, "rollouts_published": stats.published,
+                "rollouts_sent": stats.sent, "rollouts_accepted": stats.accepted,
+                "rollouts_rejected": sum(stats.rejected.values())}
+
+    def _warn_when_alone(self, neighbours: int) -> None:
+        """Say once (until a peer connects) that the peers the user named cannot be reached."""
+        bootstrap = self.config.bootstrap if self.config else ()
+        if neighbours or not bootstrap:
+            self._alone_warned = False
+        elif not self._alone_warned:
+            self._alone_warned = True
+            log.warning("no peer connected: %s cannot be reached (yet). Training alone and retrying; check "
+                        "that the address is right and that the node there runs `swarm run`", ", ".join(bootstrap))
