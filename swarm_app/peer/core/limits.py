@@ -32,13 +32,16 @@ class ProtocolConfig:
     at most this many, and no more than the proven ones; while none is proven, or in the node's first
     `settle_after_s`, as many as it takes to reach `low_outbound`. The other places go to peers that
     earned them, so addresses that only announce each other never hold most of a node's links
-    (overlay.dials_due)."""
+    (overlay.dials_due); unproven links past that, once one proves itself, are dropped. While a settled
+    node has none proven, at most this many go to addresses it merely heard of, the others (up to
+    `target_outbound`) to bootstrap, LAN or tried addresses (overlay.guarded_dials)."""
     busy_streak: int = 4
     """Full answers in a row (503, bye busy; bootstrap addresses aside) that cost one wanted link."""
     settle_after_s: float = 60.0
     """... not counting those of a node's first minute: a newcomer hears of the nodes every newcomer
     hears of first, and finds them full; that says who is popular, not that the swarm lacks room. (In
-    that minute it also fills `low_outbound` links without waiting for them to prove themselves.)"""
+    that minute it also fills `low_outbound` links without waiting for them to prove themselves, and
+    drops a useless neighbour only while an address is due to replace it.)"""
     protected_outbound: int = 4
     """Outbound neighbours with the best earned score (recent first deliveries) that rotation never
     replaces: announcements alone cannot take these places (overlay.py)."""

@@ -21,6 +21,9 @@ from swarm_app.peer.core.heard import HeardFilter
 from swarm_app.peer.core.limits import ProtocolConfig
 from swarm_app.peer.core.overlay import (
     dials_due,
+    guarded_dials,
+    is_trusted,
+    is_vouched,
     on_trial,
     pick_dial,
     probes_due,
@@ -71,11 +74,16 @@ class OutboundLinks:
 
     def _dials(self, now: float) -> list[Action]:
         """Dial towards `target_outbound` as overlay.dials_due allows (every missing link at once below
-        `low_outbound`; few links to unproven peers); overlay.pick_dial chooses."""
+        `low_outbound`; few links to unproven peers); overlay.pick_dial chooses. While settled with no
+        proven link, overlay.guarded_dials keeps most places for vouched addresses."""
         config, outbound = self.config, self._outbound()
+        settled = self._settled(now)
         need = dials_due(len(outbound), sum(not proven(c) for c in outbound), len(self.dialing), self.target_outbound,
-                         config.low_outbound, config.high_outbound, config.unproven_outbound,
-                         now >= self._started + config.settle_after_s)
+                         config.low_outbound, config.high_outbound, config.unproven_outbound, settled)
+        untried_left = need
+        if self._guarded(outbound, now):
+            need, untried_left = guarded_dials(len(outbound), len(self.dialing), self._untried(outbound), need,
+                                               self.target_outbound, config.unproven_outbound)
         self._hungry = False
         if need <= 0:
             return []
@@ -83,17 +91,31 @@ class OutboundLinks:
         held = self._held_networks()
         dials: list[Action] = []
         while len(dials) < need:
-            state = pick_dial(candidates, held, self.rng, self._unverified_dials_left(now))
+            vouched_only = len(dials) >= untried_left
+            state = pick_dial(candidates, held, self.rng, self._unverified_dials_left(now), vouched_only=vouched_only)
             if state is None:
-                self._hungry = True
+                self._hungry = not vouched_only
                 break
-            if not state.verified and state.source not in ("bootstrap", "mdns"):
+            if not is_trusted(state):
                 self._unverified.take(now)
             candidates = [s for s in candidates if s is not state]
             held.add(state.network)
             self.dialing.add(state.addr)
             dials.append(Dial(state.addr))
         return dials
+
+    def _settled(self, now: float) -> bool:
+        """Past the node's first `settle_after_s`: before, nothing it knows may have had anything to deliver."""
+        return now >= self._started + self.config.settle_after_s
+
+    def _guarded(self, outbound: list[Connection], now: float) -> bool:
+        """Settled, and no outbound neighbour proven: whatever holds its links so far only announced itself."""
+        return self._settled(now) and not any(proven(c) for c in outbound)
+
+    def _untried(self, outbound: list[Connection]) -> int:
+        """Unproven outbound links and dials in flight to addresses not vouched for (overlay.is_vouched)."""
+        addrs = [c.addr for c in outbound if not proven(c)] + list(self.dialing)
+        return sum(not is_vouched(self.addresses.get(a)) for a in addrs)
 
     def _unverified_dials_left(self, now: float) -> bool:
         self._unverified.take(now, 0.0)  # refills the bucket to `now`, spends nothing
@@ -153,28 +175,70 @@ class OutboundLinks:
     def _drop_useless(self, now: float) -> list[Action]:
         """Replace at once the outbound neighbours that answered pulls with nothing this node admitted while
         others delivered (GossipSub's delivery deficit): announcing itself earns a place, keeping it
-        takes rollouts. Their addresses wait `useless_hold_s` before a new try. While nothing delivers at
-        all (an eclipse, or a quiet swarm) and the node holds `low_outbound` links, so that it may dial no
-        more until one proves itself, one of them is replaced every `stalled_rotate_s` instead."""
+        takes rollouts. Their addresses wait `useless_hold_s` before a new try; in the node's first
+        `settle_after_s`, only while it holds more than `low_outbound` links (`_useless`).
+        While nothing delivers at all (an eclipse, or a quiet swarm) and the node holds `low_outbound`
+        links, so that it may dial no more until one proves itself, one of them is replaced every
+        `stalled_rotate_s` instead, one not vouched for first. Once settled with a proven link, unproven
+        links past as many as are proven (at most `unproven_outbound`) go too (`_excess_unproven`)."""
         config, outbound = self.config, self._outbound()
         judged_after, min_age_s = config.useless_after_answers, config.pull_interval_s
         delivering = any(proven(c) for c in self.conns.values())
-        dropped, hold = useless(outbound, judged_after, delivering, now, min_age_s), config.useless_hold_s
-        if not delivering and len(outbound) >= config.low_outbound and now >= self._next_stalled and self._replaceable(now):
-            victim = stalled_victim(outbound, judged_after, now, min_age_s, self.rng)
+        dropped, hold = self._useless(outbound, delivering, now), config.useless_hold_s
+        if not delivering and len(outbound) >= config.low_outbound and now >= self._next_stalled and self._refillable(now):
+            untried = [c for c in outbound if not self._vouched(c)]
+            victim = (stalled_victim(untried, judged_after, now, min_age_s, self.rng)
+                      or stalled_victim(outbound, judged_after, now, min_age_s, self.rng))
             dropped, hold = ([victim] if victim else []), config.rotate_interval_s
             if victim:
                 self._next_stalled = now + config.stalled_rotate_s
-        for c in dropped:
+        excess = self._excess_unproven([c for c in outbound if c not in dropped], now)
+        for c, until in [(c, now + hold) for c in dropped] + [(c, now + config.rotate_interval_s) for c in excess]:
             if c.addr:
-                self.addresses.hold(c.addr, now + hold)
+                self.addresses.hold(c.addr, until)
             self._forget(c)
         self.counters["useless_dropped"] += len(dropped)
-        return [Close(c.conn, "rotate") for c in dropped]
+        self.counters["excess_dropped"] += len(excess)
+        return [Close(c.conn, "rotate") for c in dropped + excess]
 
-    def _replaceable(self, now: float) -> bool:
+    def _useless(self, outbound: list[Connection], delivering: bool, now: float) -> list[Connection]:
+        """overlay.useless; in the node's first `settle_after_s` no more than there are addresses due to
+        replace them, not counting those only inbound peers announced (mostly behind NAT): a young swarm's
+        links (a bootstrap's to the others among them) may have had nothing to give yet, and are not torn
+        down before something else can be tried."""
+        config = self.config
+        judged = useless(outbound, config.useless_after_answers, delivering, now, config.pull_interval_s)
+        if self._settled(now):
+            return judged
+        due = self.addresses.candidates(now, lambda node: self._not_dialable(node, now), self.dialing)
+        return judged[:sum(s.source != "inbound" or s.verified for s in due)]
+
+    def _excess_unproven(self, outbound: list[Connection], now: float) -> list[Connection]:
+        """Unproven links past what overlay.dials_due allows a settled node with a proven link, newest and
+        not vouched for first: links dialed while none was proven (or kept after a proven one closed) do not
+        outnumber the proven ones once one proves itself."""
+        proven_links = sum(proven(c) for c in outbound)
+        if not proven_links or not self._settled(now):
+            return []
+        unproven = sorted((c for c in outbound if not proven(c)), key=lambda c: (self._vouched(c), c.opened))
+        excess = len(unproven) - min(self.config.unproven_outbound, proven_links)
+        return unproven[:excess] if excess > 0 else []
+
+    def _vouched(self, c: Connection) -> bool:
+        return is_vouched(self.addresses.get(c.addr) if c.addr else None)
+
+    def _refillable(self, now: float) -> bool:
+        """`_replaceable`, and while guarded with `unproven_outbound` untried links or more besides the one to
+        go, by an address overlay.guarded_dials lets it dial: a quiet swarm does not wear a node's links down."""
+        outbound = self._outbound()
+        if self._guarded(outbound, now) and self._untried(outbound) > self.config.unproven_outbound:
+            return self._replaceable(now, vouched_only=True)
+        return self._replaceable(now)
+
+    def _replaceable(self, now: float, vouched_only: bool = False) -> bool:
         """Some address is due for a dial: replacing a neighbour would not just lose it."""
-        return bool(self.addresses.candidates(now, lambda node: self._not_dialable(node, now), self.dialing))
+        due = self.addresses.candidates(now, lambda node: self._not_dialable(node, now), self.dialing)
+        return any(is_vouched(s) for s in due) if vouched_only else bool(due)
 
     def _lister(self, now: float) -> str | None:
         """Whom to ask for a peer list: a neighbour that delivered rollouts here; while none did, an address

@@ -20,6 +20,9 @@ that decays) and per-IP colocation limits.
   time above it, and never more than a few links to peers that have not yet delivered (*unproven*), so
   that most places are held by peers that earned them (HyParView's active view, refilled from the
   passive one only as fast as links prove themselves).
+- `guarded_dials`: while a settled node has no proven link, only a few of its links may go to addresses
+  it merely heard of (Bitcoin addrman's "new" table); the others, up to the target, to addresses the
+  user named or that delivered before ("tried"): announcements alone cannot fill it.
 - `on_trial`: outbound neighbours still being judged (unproven, fewer answers than it takes to judge):
   each is asked for rollouts every pull interval (the node's one regular pull goes to the others), so a
   new link is judged, kept for what it delivers or dropped by `useless`, within a pull interval or two,
@@ -109,15 +112,16 @@ def probes_due(outbound: Iterable[N], judged_after: int) -> list[N]:
 
 
 def pick_dial(candidates: Sequence[AddressState], held_networks: set[str], rng: random.Random,
-              unverified_allowed: bool, tried_share: float = 0.5) -> AddressState | None:
+              unverified_allowed: bool, tried_share: float = 0.5, vouched_only: bool = False) -> AddressState | None:
     """One address to dial among the due `candidates`, or None.
 
     Networks already held are passed over while any other is due (one outbound neighbour per /24 as
     long as the book allows); within that, with probability `tried_share` an address that delivered
     rollouts here before, otherwise any; never-reached addresses only when `unverified_allowed`, and
-    addresses that inbound peers merely announced only when no other is due.
+    addresses that inbound peers merely announced only when no other is due. `vouched_only`: only
+    addresses the user named or that delivered here before (`is_vouched`).
     """
-    usable = [s for s in candidates if unverified_allowed or is_trusted(s)]
+    usable = [s for s in candidates if (unverified_allowed or is_trusted(s)) and (is_vouched(s) or not vouched_only)]
     heard = [s for s in usable if s.source != "inbound" or s.verified]
     usable = heard or usable  # addresses inbound peers announced (often behind NAT): only when nothing else
     fresh = [s for s in usable if s.network not in held_networks]
@@ -134,6 +138,23 @@ def is_trusted(state: AddressState) -> bool:
     """Dialing it costs nothing from the unverified budget: this node reached it before (or dial-back
     verified it), or the user named it (bootstrap, LAN discovery)."""
     return state.verified or state.source in ("bootstrap", "mdns")
+
+
+def is_vouched(state: AddressState | None) -> bool:
+    """The user named it (bootstrap, LAN discovery) or a peer there delivered rollouts this node admitted
+    (addrman's "tried" table, not its "new" one): no announcement alone makes an address vouched for."""
+    return state is not None and (state.source in ("bootstrap", "mdns") or state.useful > 0)
+
+
+def guarded_dials(open_out: int, dialing: int, untried: int, need: int, target: int,
+                  max_untried: int) -> tuple[int, int]:
+    """While a settled node has no proven link (an eclipse, or a swarm gone quiet): (dials to start, of
+    which the first how many may go to addresses that are not vouched for). `untried`: its unproven links
+    and dials to such addresses, at most `max_untried`; vouched addresses may be dialed up to `target`
+    besides `need` (overlay.dials_due), so that a node whose links all only announce themselves reaches
+    a peer that can deliver without waiting for a place to free up."""
+    total = max(need, target - open_out - dialing)
+    return max(0, total), max(0, min(need, max_untried - untried))
 
 
 def protected(outbound: Iterable[Neighbour], now: float, keep: int) -> list[Neighbour]:
