@@ -176,7 +176,7 @@ class OutboundLinks:
         """Replace at once the outbound neighbours that answered pulls with nothing this node admitted while
         others delivered (GossipSub's delivery deficit): announcing itself earns a place, keeping it
         takes rollouts. Their addresses wait `useless_hold_s` before a new try; in the node's first
-        `settle_after_s`, only while it holds more than `low_outbound` links (`_useless`).
+        `settle_after_s`, only as many as there are addresses due to replace them (`_useless`).
         While nothing delivers at all (an eclipse, or a quiet swarm) and the node holds `low_outbound`
         links, so that it may dial no more until one proves itself, one of them is replaced every
         `stalled_rotate_s` instead, one not vouched for first. Once settled with a proven link, unproven
@@ -214,9 +214,9 @@ class OutboundLinks:
         return judged[:sum(s.source != "inbound" or s.verified for s in due)]
 
     def _excess_unproven(self, outbound: list[Connection], now: float) -> list[Connection]:
-        """Unproven links past what overlay.dials_due allows a settled node with a proven link, newest and
-        not vouched for first: links dialed while none was proven (or kept after a proven one closed) do not
-        outnumber the proven ones once one proves itself."""
+        """Unproven links past what overlay.dials_due allows a settled node with a proven link, those not
+        vouched for and longest on trial first: links dialed while none was proven (or kept after a proven
+        one closed) do not outnumber the proven ones once one proves itself."""
         proven_links = sum(proven(c) for c in outbound)
         if not proven_links or not self._settled(now):
             return []
