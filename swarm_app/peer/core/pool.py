@@ -190,13 +190,15 @@ class RolloutPool:
         window)."""
         cutoff = now_ms - (self.max_age_ms if max_age_ms is None else max_age_ms)
         newest: dict[str, PoolEntry] = {}
-        with self._lock:
+        newest_ts: dict[str, int] = {}
+        known = have.get
+        with self._lock:  # a hub answers several pulls a second over thousands of entries: plain lookups only
             for entry in self._entries.values():
-                if entry.author == requester or entry.ts_ms < cutoff or entry.ts_ms <= have.get(entry.author, -1):
+                rollout = entry.rollout
+                author, ts = rollout.author, rollout.created_ms
+                if ts < cutoff or author == requester or ts <= known(author, -1) or ts <= newest_ts.get(author, -1):
                     continue
-                best = newest.get(entry.author)
-                if best is None or entry.ts_ms > best.ts_ms:
-                    newest[entry.author] = entry
+                newest[author], newest_ts[author] = entry, ts
         authors = list(newest)
         rng.shuffle(authors)
         authors.sort(key=lambda a: (a in have or a in heard, have.get(a, 0)))  # stable: unheard, then oldest

@@ -21,6 +21,7 @@ from __future__ import annotations
 import ipaddress
 import json
 from dataclasses import dataclass
+from functools import lru_cache
 
 import rfc8785
 
@@ -86,8 +87,21 @@ def sign_record(identity: Identity, swarm: str, addrs: list[str] | tuple[str, ..
 
 
 def parse_record(item: object, swarm: str, now_ms: int) -> NodeRecord:
-    """Check one `{"body", "sig"}` item received in a peer list, cheapest checks first, the signature last."""
+    """Check one `{"body", "sig"}` item received in a peer list: its bytes, then its dates at `now_ms`."""
     body, sig = signed_item(item, MAX_RECORD_BYTES, RecordError)
+    record = _checked(body, sig, swarm)
+    if not record.live(now_ms):
+        raise RecordError("expired", f"expired {now_ms - record.expires_ms} ms ago")
+    if record.issued_ms > now_ms + MAX_AHEAD_MS:
+        raise RecordError("future", f"issued {record.issued_ms - now_ms} ms ahead")
+    return record
+
+
+@lru_cache(maxsize=4096)
+def _checked(body: bytes, sig: bytes, swarm: str) -> NodeRecord:
+    """What does not depend on the time, cheapest checks first, the signature last; once per distinct
+    record (a record that fails is checked again): every neighbour's list relays the same live records,
+    up to 32 each, and the verdict on the same bytes never changes."""
     data = _decode(body)
     record = NodeRecord(body, sig, data["node"], tuple(data["addrs"]), data["reachable"], data["issued_ms"],
                         data["expires_ms"])
@@ -98,10 +112,6 @@ def parse_record(item: object, swarm: str, now_ms: int) -> NodeRecord:
         raise RecordError("wrong_node", "node is not the id of key")
     if data["swarm"] != swarm:
         raise RecordError("swarm", f"a record of swarm {data['swarm']!r}")
-    if not record.live(now_ms):
-        raise RecordError("expired", f"expired {now_ms - record.expires_ms} ms ago")
-    if record.issued_ms > now_ms + MAX_AHEAD_MS:
-        raise RecordError("future", f"issued {record.issued_ms - now_ms} ms ahead")
     if not 0 < record.expires_ms - record.issued_ms <= MAX_LIFETIME_MS:
         raise RecordError("lifetime", f"valid for {record.expires_ms - record.issued_ms} ms")
     if not verify(key, sig, RECORD_PREFIX + body):
