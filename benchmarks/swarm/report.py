@@ -118,7 +118,7 @@ def partition_figures(run: Run) -> dict[str, Any]:
     rec, nodes = run.recorder, run.net.nodes
     split, heal = (next(w for w in rec.windows if w.name == name) for name in ("partition", "heal"))
     figures: dict[str, Any] = {}
-    healed, receivers = 0, 0
+    healed, receivers, heard_after = 0, 0, []
     for side in (0, 1):
         mine = [n for n in nodes if n.side == side]
         theirs = [n for n in nodes if n.side != side]
@@ -130,6 +130,8 @@ def partition_figures(run: Run) -> dict[str, Any]:
         after = rec.coverage(heal, live_through(mine, heal.start, heal.end), other)
         healed += sum(s >= 0.8 for s in after)
         receivers += len(after)
+        heard_after += after
     figures["heal_share_hearing_80pct_of_other_half_3min"] = _round(healed / receivers if receivers else None)
+    figures["heal_other_half_heard_3min_median"] = _round(statistics.median(heard_after) if heard_after else None)
     return figures
 
