@@ -248,7 +248,7 @@ class Network:
     def _http_pull(self, node: SimNode, action: HttpPull) -> None:
         target = self.by_addr.get(action.addr)
         if self.can_reach(node, target):
-            items = target.core.serve_http_sample(action.have, action.max, self.now, action.heard)
+            items = target.core.serve_http_sample(action.have, action.max, self.now, action.heard, action.held)
             self.execute(node.index, node.core.on_http_sample(action.addr, items, self.now))
 
     # --- connections

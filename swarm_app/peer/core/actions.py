@@ -40,6 +40,7 @@ class HttpPull:
     have: dict[str, int]
     max: int
     heard: HeardFilter | None = None
+    held: HeardFilter | None = None
 
 
 @dataclass(frozen=True)

@@ -85,6 +85,8 @@ class Pull:
     have: dict[str, int]
     heard: HeardFilter | None = None
     """Authors heard from in the last 10 minutes (optional; nodes from before it send none)."""
+    held: HeardFilter | None = None
+    """Ids of the rollouts the asker holds from the last 120 s (optional, as `heard`)."""
 
 
 @dataclass(frozen=True)
@@ -168,8 +170,8 @@ def _pull(d: dict) -> Pull:
         if len(author) > 64:
             raise ValueError("author id")
         _int(ts, 0, 2**53 - 1)
-    heard = HeardFilter.from_wire(d["heard"]) if "heard" in d else None
-    return Pull(_int(d["id"], 0, 2**53 - 1), _int(d["max"], 1, MAX_PULL), have, heard)
+    heard, held = (HeardFilter.from_wire(d[name]) if name in d else None for name in ("heard", "held"))
+    return Pull(_int(d["id"], 0, 2**53 - 1), _int(d["max"], 1, MAX_PULL), have, heard, held)
 
 
 def _bye(d: dict) -> Bye:

@@ -129,20 +129,22 @@ class OutboundLinks:
     def _outbound(self) -> list[Connection]:
         return [c for c in self.conns.values() if c.direction == "out"]
 
-    def _have(self, now: float) -> tuple[dict[str, int], HeardFilter]:
-        """What a pull tells of this node: the newest timestamp of each author heard from within the
-        freshness window, and a filter of those heard from within the coverage window (heard.py)."""
+    def _have(self, now: float) -> tuple[HeardFilter, HeardFilter]:
+        """What a pull tells of this node (heard.py): the authors it heard from within the coverage window,
+        and the rollouts it holds that an answer could bring (as fresh as an answer's). Its `have` map
+        stays empty: the filters say more in a size that does not grow with the swarm."""
         now_ms = int(now * 1000)
-        fresh, lately = now_ms - self.pool.max_age_ms, now_ms - int(self.config.heard_window_s * 1000)
-        have = {a: ts for a, ts in self.heard.items() if ts >= fresh}
-        return have, HeardFilter.of(a for a, ts in self.heard.items() if ts >= lately)
+        lately = now_ms - int(self.config.heard_window_s * 1000)
+        held = self.pool.held_ids(now_ms - int(self.config.pull_fresh_s * 1000))
+        return HeardFilter.of(a for a, ts in self.heard.items() if ts >= lately), HeardFilter.of_rollouts(held)
 
-    def _ask(self, conn: Connection, have: tuple[dict[str, int], HeardFilter], now: float) -> Send:
+    def _ask(self, conn: Connection, have: tuple[HeardFilter, HeardFilter], now: float) -> Send:
         self._pull_id += 1
         conn.pending[self._pull_id] = now + self.config.pull_timeout_s
         self.counters["pulls"] += 1
-        return Send(conn.conn, {"t": "pull", "id": self._pull_id, "max": self.config.pull_max, "have": have[0],
-                                "heard": have[1].to_wire()})
+        heard, held = have
+        return Send(conn.conn, {"t": "pull", "id": self._pull_id, "max": self.config.pull_max, "have": {},
+                                "heard": heard.to_wire(), "held": held.to_wire()})
 
     def _probe(self, now: float) -> list[Action]:
         """Ask each outbound neighbour on trial for rollouts at once, then once a pull interval (overlay.py)."""
@@ -169,7 +171,7 @@ class OutboundLinks:
         http_only = [s.addr for s in self.addresses.entries() if s.http_only]
         if http_only:
             self.counters["http_pulls"] += 1
-            return [HttpPull(self.rng.choice(http_only), have[0], self.config.pull_max, have[1])]
+            return [HttpPull(self.rng.choice(http_only), {}, self.config.pull_max, *have)]
         return []
 
     def _drop_useless(self, now: float) -> list[Action]:

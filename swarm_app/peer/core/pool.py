@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Container
 
 from swarm_app.kernel.rollouts import Rollout
+from swarm_app.peer.core.heard import HeardFilter
 from swarm_app.peer.core.sources import STANDING_FLOOR, prefix_of
 from swarm_app.peer.core.wire import SignedRollout
 
@@ -181,13 +182,19 @@ class RolloutPool:
                     return chosen
         return chosen
 
+    def held_ids(self, since_ms: int) -> list[bytes]:
+        """Ids of the rollouts of others from `since_ms` on: what a pull answer need not bring this node."""
+        with self._lock:
+            return [e.signed.id for e in self._entries.values()
+                    if e.rollout.created_ms >= since_ms and e.rollout.author != self.self_id]
+
     def for_pull(self, have: dict[str, int], limit: int, now_ms: int, requester: str,
                  rng: random.Random, max_age_ms: int | None = None,
-                 heard: Container[str] = ()) -> list[SignedRollout]:
-        """A pull answer: the newest fresh rollout of each author newer than what the requester has,
-        one per author, authors it has not heard from (in neither `have` nor `heard`) first, then those
-        heard from longest ago. `max_age_ms`: only rollouts this recent (default: the pool's freshness
-        window)."""
+                 heard: Container[str] = (), held: HeardFilter | None = None) -> list[SignedRollout]:
+        """A pull answer: the newest fresh rollout of each author that the requester does not hold (newer
+        than `have[author]`, not in `held`), one per author, authors it has not heard from (in neither
+        `have` nor `heard`) first, then those heard from longest ago. `max_age_ms`: only rollouts this
+        recent (default: the pool's freshness window)."""
         cutoff = now_ms - (self.max_age_ms if max_age_ms is None else max_age_ms)
         newest: dict[str, PoolEntry] = {}
         newest_ts: dict[str, int] = {}
@@ -197,6 +204,8 @@ class RolloutPool:
                 rollout = entry.rollout
                 author, ts = rollout.author, rollout.created_ms
                 if ts < cutoff or author == requester or ts <= known(author, -1) or ts <= newest_ts.get(author, -1):
+                    continue
+                if held is not None and held.holds(entry.signed.id):
                     continue
                 newest[author], newest_ts[author] = entry, ts
         authors = list(newest)

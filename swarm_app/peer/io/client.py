@@ -134,14 +134,16 @@ async def fetch_peers(session: aiohttp.ClientSession, addr: str, timeout_s: floa
 
 
 async def fetch_sample(session: aiohttp.ClientSession, addr: str, have: dict[str, int], limit: int,
-                       timeout_s: float, heard: HeardFilter | None = None) -> list[Any]:
-    """HTTP fallback pull. `have` is cut to the most recently heard MAX_HAVE_IN_QUERY authors; `heard`
-    goes as K.BITS."""
+                       timeout_s: float, heard: HeardFilter | None = None,
+                       held: HeardFilter | None = None) -> list[Any]:
+    """HTTP fallback pull. `have` is cut to the most recently heard MAX_HAVE_IN_QUERY authors; `heard` and
+    `held` go as K.BITS."""
     recent = sorted(have.items(), key=lambda kv: kv[1], reverse=True)[:MAX_HAVE_IN_QUERY]
     params = {"max": str(limit), "have": ",".join(f"{a}.{ts}" for a, ts in recent)}
-    if heard is not None:
-        wire = heard.to_wire()
-        params["heard"] = f"{wire['k']}.{wire['bits']}"
+    for name, bloom in (("heard", heard), ("held", held)):
+        if bloom is not None:
+            wire = bloom.to_wire()
+            params[name] = f"{wire['k']}.{wire['bits']}"
     data = await get_json(session, f"{base_url(addr)}/sample", timeout_s, params)
     items = data.get("items", []) if isinstance(data, dict) else []
     return items if isinstance(items, list) else []

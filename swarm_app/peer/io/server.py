@@ -202,8 +202,14 @@ async def probe(request: web.Request) -> web.Response:
     return await request.app[NODE].dialback.serve_probe(request)
 
 
+def _filter(text: str) -> HeardFilter | None:
+    """A K.BITS query value (a pull's `heard` or `held`); ValueError when malformed."""
+    k, _, bits = text.partition(".")
+    return HeardFilter.from_wire({"k": int(k), "bits": bits}) if text else None
+
+
 async def sample(request: web.Request) -> web.Response:
-    """GET /sample?max=N&have=AUTHOR.TS,...&heard=K.BITS: the pull answer over plain HTTP."""
+    """GET /sample?max=N&have=AUTHOR.TS,...&heard=K.BITS&held=K.BITS: the pull answer over plain HTTP."""
     if _limited(request):
         return web.json_response({"error": "rate limited"}, status=429)
     node = request.app[NODE]
@@ -213,16 +219,15 @@ async def sample(request: web.Request) -> web.Response:
         for pair in filter(None, request.query.get("have", "").split(",")[:100]):
             author, _, ts = pair.partition(".")
             have[author[:64]] = int(ts)
-        k, _, bits = request.query.get("heard", "").partition(".")
-        heard = HeardFilter.from_wire({"k": int(k), "bits": bits}) if bits else None
+        heard, held = (_filter(request.query.get(name, "")) for name in ("heard", "held"))
     except ValueError:
-        return web.json_response({"error": "max must be an integer; have is AUTHOR.TS,...; heard is K.BITS "
+        return web.json_response({"error": "max must be an integer; have is AUTHOR.TS,...; heard and held are K.BITS "
                                   "(a filter of 64-2048 bytes, base64url)"}, status=400)
     budget, ip = request.app[OUTPUT], request.remote or "?"
     if not budget.has_room(ip, WS_MAX_MSG_SIZE):  # checked at the largest answer, before building one costs work
         return web.json_response({"error": "busy: too many answers in flight; try again later"}, status=503,
                                  headers={"Retry-After": "10"})
-    body = json.dumps({"items": node.core.serve_http_sample(have, limit, node.clock(), heard)}).encode()
+    body = json.dumps({"items": node.core.serve_http_sample(have, limit, node.clock(), heard, held)}).encode()
     budget.take(ip, len(body))  # fits: nothing was awaited since the check, and an answer is at most 1 MiB
     try:
         return await send_bounded(request, body, budget)

@@ -51,6 +51,20 @@ def test_a_malformed_filter_is_a_bad_message(heard):
     assert err.value.reason == "bad_message"
 
 
+def test_pull_answers_leave_out_what_the_asker_holds():
+    pool = plain_pool(1000, 10**7, 60_000)
+    older, newer, other = entry("a", NOW - 2000, 1), entry("a", NOW - 1000, 2), entry("b", NOW - 1000, 3)
+    for e in (older, newer, other):
+        pool.insert(e)
+    held = HeardFilter.of_rollouts([newer.signed.id, other.signed.id])
+    answer = pool.for_pull({}, 10, NOW, requester="x", rng=random.Random(0), held=held)
+    assert answer == [older.signed]  # a's newest is held: its older one comes instead; b's only one is held
+    asker = plain_pool(1000, 10**7, 60_000)
+    asker.insert(entry("c", NOW - 500, 4))
+    asker.insert(entry("d", NOW - 90_000, 5))
+    assert asker.held_ids(NOW - 60_000) == [entry("c", NOW - 500, 4).signed.id]  # only the fresh ones
+
+
 def test_pull_answers_bring_authors_outside_the_filter_first():
     pool = plain_pool(1000, 10**7, 60_000)
     authors = ids(30, seed=3)
