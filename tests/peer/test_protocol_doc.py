@@ -16,8 +16,9 @@ from swarm_app.peer.core.wire import SignedRollout, parse_body, sign_rollout, si
 ROOT = Path(__file__).resolve().parents[2]
 DOC = (ROOT / "docs" / "protocol.md").read_text(encoding="utf-8")
 BYE_SENDERS = [r'Close\([^()]*?, "([^"]+)"\)', r'_close\(\w+, "([^"]+)"\)', r'"t": "bye", "reason": "([^"]+)"',
-               r'return "(\w+)", \[\]']
-"""Where the code chooses a bye reason: core Close actions, the node's _close, literal bye frames, hello refusals."""
+               r'return "(\w+)", \[\]', r'send_queues\.close\(\w+, "([^"]+)"\)', r'close_all\("([^"]+)"']
+"""Where the code chooses a bye reason: core Close actions, the node's _close, literal bye frames, hello refusals,
+and the send queues' closes (peer/io/outbound.py)."""
 
 
 def test_the_documented_test_vector():
