@@ -87,6 +87,16 @@ class HeardFilter:
     def to_wire(self) -> dict[str, Any]:
         return {"k": self.hashes, "bits": b64url(bytes(self.data))}
 
+    def to_query(self) -> str:
+        """The K.BITS form of a GET /sample query parameter."""
+        return f"{self.hashes}.{b64url(bytes(self.data))}"
+
+    @classmethod
+    def from_query(cls, text: str) -> HeardFilter | None:
+        """Inverse of `to_query` (None for ""); ValueError when malformed."""
+        k, _, bits = text.partition(".")
+        return cls.from_wire({"k": int(k), "bits": bits}) if text else None
+
     @classmethod
     def from_wire(cls, value: Any) -> HeardFilter:
         """A pull's `heard` or `held` member; ValueError unless k is 1..16 and bits a power of two of

@@ -129,7 +129,7 @@ class OutboundLinks:
     def _outbound(self) -> list[Connection]:
         return [c for c in self.conns.values() if c.direction == "out"]
 
-    def _have(self, now: float) -> tuple[HeardFilter, HeardFilter]:
+    def _pull_filters(self, now: float) -> tuple[HeardFilter, HeardFilter]:
         """What a pull tells of this node (heard.py): the authors it heard from within the coverage window,
         and the rollouts it holds that an answer could bring (as fresh as an answer's). Its `have` map
         stays empty: the filters say more in a size that does not grow with the swarm."""
@@ -153,7 +153,7 @@ class OutboundLinks:
                if now >= self._probe_at.get(c.conn, now)]
         if not due:
             return []
-        have = self._have(now)
+        have = self._pull_filters(now)
         for c in due:
             self._probe_at[c.conn] = now + self.config.pull_interval_s
         self.counters["probes"] += len(due)
@@ -161,7 +161,7 @@ class OutboundLinks:
 
     def _pull(self, now: float) -> list[Action]:
         """Ask one random connection for rollouts, not one on trial (`_probe` asks those)."""
-        have = self._have(now)
+        have = self._pull_filters(now)
         judged_after = self.config.useless_after_answers
         others = [c for c in self.conns.values() if not (c.direction == "out" and on_trial(c, judged_after))]
         if others:

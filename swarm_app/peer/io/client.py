@@ -140,10 +140,7 @@ async def fetch_sample(session: aiohttp.ClientSession, addr: str, have: dict[str
     `held` go as K.BITS."""
     recent = sorted(have.items(), key=lambda kv: kv[1], reverse=True)[:MAX_HAVE_IN_QUERY]
     params = {"max": str(limit), "have": ",".join(f"{a}.{ts}" for a, ts in recent)}
-    for name, bloom in (("heard", heard), ("held", held)):
-        if bloom is not None:
-            wire = bloom.to_wire()
-            params[name] = f"{wire['k']}.{wire['bits']}"
+    params.update({name: bloom.to_query() for name, bloom in (("heard", heard), ("held", held)) if bloom is not None})
     data = await get_json(session, f"{base_url(addr)}/sample", timeout_s, params)
     items = data.get("items", []) if isinstance(data, dict) else []
     return items if isinstance(items, list) else []

@@ -202,12 +202,6 @@ async def probe(request: web.Request) -> web.Response:
     return await request.app[NODE].dialback.serve_probe(request)
 
 
-def _filter(text: str) -> HeardFilter | None:
-    """A K.BITS query value (a pull's `heard` or `held`); ValueError when malformed."""
-    k, _, bits = text.partition(".")
-    return HeardFilter.from_wire({"k": int(k), "bits": bits}) if text else None
-
-
 async def sample(request: web.Request) -> web.Response:
     """GET /sample?max=N&have=AUTHOR.TS,...&heard=K.BITS&held=K.BITS: the pull answer over plain HTTP."""
     if _limited(request):
@@ -219,7 +213,7 @@ async def sample(request: web.Request) -> web.Response:
         for pair in filter(None, request.query.get("have", "").split(",")[:100]):
             author, _, ts = pair.partition(".")
             have[author[:64]] = int(ts)
-        heard, held = (_filter(request.query.get(name, "")) for name in ("heard", "held"))
+        heard, held = (HeardFilter.from_query(request.query.get(name, "")) for name in ("heard", "held"))
     except ValueError:
         return web.json_response({"error": "max must be an integer; have is AUTHOR.TS,...; heard and held are K.BITS "
                                   "(a filter of 64-2048 bytes, base64url)"}, status=400)
