@@ -80,7 +80,7 @@ class ProtocolConfig:
     catchup_new_authors: int = 10
     """A pull answer holding rollouts of at least this many authors this node had not heard from within
     `heard_window_s` (a healed partition, a wave of newcomers, its own first minutes) shows that there is
-    much it has not heard: the next pull goes to the same neighbour after `catchup_interval_s`."""
+    much it has not heard: the next pull comes after `catchup_interval_s`."""
     catchup_interval_s: float = 5.0
     """... at most this often (x 0.9..1.1): pull_max / catchup_interval_s stays under a leaf's budget of
     300 rollouts a minute, and in a settled swarm answers bring few unheard authors, so the cost per
@@ -119,8 +119,8 @@ class ProtocolConfig:
 
     @property
     def pulls_per_s(self) -> float:
-        """Most pulls one node sends per second, to one neighbour while it catches up (the interval is drawn
-        from 0.9..1.1 x catchup_interval_s)."""
+        """Most pulls one node sends per second, all to one neighbour at worst (the interval is drawn from
+        0.9..1.1 x catchup_interval_s while it catches up)."""
         return 1.0 / (0.9 * min(self.pull_interval_s, self.catchup_interval_s))
 
     @property

@@ -71,8 +71,6 @@ class OutboundLinks:
         """The last dials fell short: the address book had too few due candidates (peer lists come faster)."""
         self._probe_at: dict[int, float] = {}
         """Connection -> when an outbound neighbour on trial is next asked for rollouts (`_probe`)."""
-        self._catchup_conn = -1
-        """The connection the next pull goes to while this node catches up (`_catch_up`); -1: a random one."""
 
     def _dials(self, now: float) -> list[Action]:
         """Dial towards `target_outbound` as overlay.dials_due allows (every missing link at once below
@@ -161,19 +159,16 @@ class OutboundLinks:
         self.counters["probes"] += len(due)
         return [self._ask(c, have, now) for c in due]
 
-    def _catch_up(self, conn: Connection, now: float) -> None:
-        """`conn`'s answer brought many authors this node had not heard from lately: ask it again soon."""
-        self._catchup_conn = conn.conn
+    def _catch_up(self, now: float) -> None:
+        """A pull answer brought many authors this node had not heard from lately: the next pull comes
+        sooner, to a random neighbour as every pull (the same one again would meet its budget of authors
+        new to this node, 32 at once and one per 2 s, and bring rollouts refused for it)."""
         self._next_pull = min(self._next_pull, now + self.config.catchup_interval_s * self.rng.uniform(0.9, 1.1))
         self.counters["catchup_pulls"] += 1
 
     def _pull(self, now: float) -> list[Action]:
-        """Ask one random connection for rollouts, not one on trial (`_probe` asks those); while catching up
-        (`_catch_up`), the one whose answer brought many unheard authors."""
+        """Ask one random connection for rollouts, not one on trial (`_probe` asks those)."""
         have = self._pull_filters(now)
-        catchup, self._catchup_conn = self.conns.get(self._catchup_conn), None
-        if catchup is not None:
-            return [self._ask(catchup, have, now)]
         judged_after = self.config.useless_after_answers
         others = [c for c in self.conns.values() if not (c.direction == "out" and on_trial(c, judged_after))]
         if others:

@@ -247,7 +247,7 @@ class NodeCore(OutboundLinks):
             before = self.counters["unheard_authors"]
             actions = self._receive(c, msg.items, False, now)
             if self.counters["unheard_authors"] - before >= self.config.catchup_new_authors:
-                self._catch_up(c, now)
+                self._catch_up(now)
             return actions
         if isinstance(msg, Bye):
             c.bye = msg.reason
