@@ -41,6 +41,7 @@ class HttpPull:
     max: int
     heard: HeardFilter | None = None
     held: HeardFilter | None = None
+    recent: HeardFilter | None = None
 
 
 @dataclass(frozen=True)

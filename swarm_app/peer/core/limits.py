@@ -88,6 +88,10 @@ class ProtocolConfig:
     heard_window_s: float = 600.0
     """Authors heard from this recently go in a pull's `heard` filter (heard.py): answers bring others
     first. As long as the window over which a node should hear from every author."""
+    recent_window_s: float = 300.0
+    """Authors heard from this recently go in a pull's `recent` filter: answers bring them after all others,
+    so that among the authors heard within `heard_window_s` those heard longest ago come first (after a
+    partition heals, the other half)."""
     pull_timeout_s: float = 5.0
     rotate_interval_s: float = 60.0
     """Replace one outbound neighbour this often (when others are known)."""

@@ -78,6 +78,10 @@ class Push:
     items: list[Any]
 
 
+PULL_FILTERS = ("heard", "held", "recent")
+"""A pull's optional Bloom filters (heard.py), in the order `Pull` and `HttpPull` hold them."""
+
+
 @dataclass(frozen=True)
 class Pull:
     id: int
@@ -87,6 +91,8 @@ class Pull:
     """Authors heard from in the last 10 minutes (optional; nodes from before it send none)."""
     held: HeardFilter | None = None
     """Ids of the rollouts the asker holds from the last 120 s (optional, as `heard`)."""
+    recent: HeardFilter | None = None
+    """Authors heard from in the last 5 minutes (optional, as `heard`): answers bring them last."""
 
 
 @dataclass(frozen=True)
@@ -170,8 +176,8 @@ def _pull(d: dict) -> Pull:
         if len(author) > 64:
             raise ValueError("author id")
         _int(ts, 0, 2**53 - 1)
-    heard, held = (HeardFilter.from_wire(d[name]) if name in d else None for name in ("heard", "held"))
-    return Pull(_int(d["id"], 0, 2**53 - 1), _int(d["max"], 1, MAX_PULL), have, heard, held)
+    heard, held, recent = (HeardFilter.from_wire(d[name]) if name in d else None for name in PULL_FILTERS)
+    return Pull(_int(d["id"], 0, 2**53 - 1), _int(d["max"], 1, MAX_PULL), have, heard, held, recent)
 
 
 def _bye(d: dict) -> Bye:

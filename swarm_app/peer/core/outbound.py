@@ -19,6 +19,7 @@ from swarm_app.peer.core.connections import Connection
 from swarm_app.peer.core.exchange import PeerExchange
 from swarm_app.peer.core.heard import HeardFilter
 from swarm_app.peer.core.limits import ProtocolConfig
+from swarm_app.peer.core.messages import PULL_FILTERS
 from swarm_app.peer.core.overlay import (
     dials_due,
     guarded_dials,
@@ -129,22 +130,23 @@ class OutboundLinks:
     def _outbound(self) -> list[Connection]:
         return [c for c in self.conns.values() if c.direction == "out"]
 
-    def _pull_filters(self, now: float) -> tuple[HeardFilter, HeardFilter]:
-        """What a pull tells of this node (heard.py): the authors it heard from within the coverage window,
-        and the rollouts it holds that an answer could bring (as fresh as an answer's). Its `have` map
-        stays empty: the filters say more in a size that does not grow with the swarm."""
-        now_ms = int(now * 1000)
-        lately = now_ms - int(self.config.heard_window_s * 1000)
-        held = self.pool.held_ids(now_ms - int(self.config.pull_fresh_s * 1000))
-        return HeardFilter.of(a for a, ts in self.heard.items() if ts >= lately), HeardFilter.of_rollouts(held)
+    def _pull_filters(self, now: float) -> tuple[HeardFilter, HeardFilter, HeardFilter]:
+        """What a pull tells of this node (heard.py), in `PULL_FILTERS` order: the authors it heard from
+        within the coverage window, the rollouts it holds that an answer could bring (as fresh as an
+        answer's), and the authors it heard from lately. Its `have` map stays empty: the filters say more
+        in a size that does not grow with the swarm."""
+        now_ms, config = int(now * 1000), self.config
+        window, lately = now_ms - int(config.heard_window_s * 1000), now_ms - int(config.recent_window_s * 1000)
+        held = self.pool.held_ids(now_ms - int(config.pull_fresh_s * 1000))
+        return (HeardFilter.of(a for a, ts in self.heard.items() if ts >= window), HeardFilter.of_rollouts(held),
+                HeardFilter.of(a for a, ts in self.heard.items() if ts >= lately))
 
-    def _ask(self, conn: Connection, have: tuple[HeardFilter, HeardFilter], now: float) -> Send:
+    def _ask(self, conn: Connection, filters: tuple[HeardFilter, ...], now: float) -> Send:
         self._pull_id += 1
         conn.pending[self._pull_id] = now + self.config.pull_timeout_s
         self.counters["pulls"] += 1
-        heard, held = have
         return Send(conn.conn, {"t": "pull", "id": self._pull_id, "max": self.config.pull_max, "have": {},
-                                "heard": heard.to_wire(), "held": held.to_wire()})
+                                **{name: f.to_wire() for name, f in zip(PULL_FILTERS, filters)}})
 
     def _probe(self, now: float) -> list[Action]:
         """Ask each outbound neighbour on trial for rollouts at once, then once a pull interval (overlay.py)."""

@@ -190,11 +190,12 @@ class RolloutPool:
 
     def for_pull(self, have: dict[str, int], limit: int, now_ms: int, requester: str,
                  rng: random.Random, max_age_ms: int | None = None,
-                 heard: Container[str] = (), held: HeardFilter | None = None) -> list[SignedRollout]:
+                 heard: Container[str] = (), held: HeardFilter | None = None,
+                 recent: Container[str] = ()) -> list[SignedRollout]:
         """A pull answer: the newest fresh rollout of each author that the requester does not hold (newer
         than `have[author]`, not in `held`), one per author, authors it has not heard from (in neither
-        `have` nor `heard`) first, then those heard from longest ago. `max_age_ms`: only rollouts this
-        recent (default: the pool's freshness window)."""
+        `have` nor `heard`) first, then those not heard from lately (not in `recent`), then those heard
+        from longest ago. `max_age_ms`: only rollouts this recent (default: the pool's freshness window)."""
         cutoff = now_ms - (self.max_age_ms if max_age_ms is None else max_age_ms)
         newest: dict[str, PoolEntry] = {}
         newest_ts: dict[str, int] = {}
@@ -210,7 +211,7 @@ class RolloutPool:
                 newest[author], newest_ts[author] = entry, ts
         authors = list(newest)
         rng.shuffle(authors)
-        authors.sort(key=lambda a: (a in have or a in heard, have.get(a, 0)))  # stable: unheard, then oldest
+        authors.sort(key=lambda a: (a in have or a in heard, a in recent, have.get(a, 0)))  # stable
         return [newest[a].signed for a in authors[:limit]]
 
 

@@ -269,7 +269,8 @@ class NodeCore(OutboundLinks):
     def _answer_pull(self, c: Connection, pull: Pull, now: float) -> Send:
         self.counters["pulls_served"] += 1
         signed = self.pool.for_pull(pull.have, min(pull.max, self.config.pull_max), int(now * 1000), c.peer, self.rng,
-                                    int(self.config.pull_fresh_s * 1000), pull.heard or (), pull.held)
+                                    int(self.config.pull_fresh_s * 1000), pull.heard or (), pull.held,
+                                    pull.recent or ())
         return Send(c.conn, {"t": "sample", "re": pull.id, "items": fit_items([s.to_item() for s in signed])})
 
     def _receive(self, c: Connection, items: list[Any], pushed: bool, now: float) -> list[Action]:
@@ -303,7 +304,7 @@ class NodeCore(OutboundLinks):
         self.counters["accepted"] += 1
         self.peers.get(entry.author, now).authored += 1
         last = self.heard.pop(entry.author, 0)
-        if last < (now - self.config.heard_window_s) * 1000:
+        if last < (now - self.config.heard_window_s) * 1000:  # outside the coverage window
             self.counters["unheard_authors"] += 1
         self.heard[entry.author] = max(entry.ts_ms, last)
         while len(self.heard) > MAX_HAVE:
@@ -377,12 +378,13 @@ class NodeCore(OutboundLinks):
         self.peers.get(peer, now).latency_ms = round(rtt_s * 1000, 1)
 
     def serve_http_sample(self, have: dict[str, int], limit: int, now: float,
-                          heard: HeardFilter | None = None, held: HeardFilter | None = None) -> list[Any]:
+                          heard: HeardFilter | None = None, held: HeardFilter | None = None,
+                          recent: HeardFilter | None = None) -> list[Any]:
         """The answer to GET /sample (the HTTP fallback pull): as a websocket pull is answered, for an
         anonymous requester, at most `pull_max` items."""
         self.counters["http_samples_served"] += 1
         signed = self.pool.for_pull(have, max(1, min(limit, self.config.pull_max)), int(now * 1000), "", self.rng,
-                                    int(self.config.pull_fresh_s * 1000), heard or (), held)
+                                    int(self.config.pull_fresh_s * 1000), heard or (), held, recent or ())
         return fit_items([s.to_item() for s in signed])
 
     def set_reachable(self, reachable: bool | None) -> None:

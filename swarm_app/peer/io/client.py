@@ -20,7 +20,7 @@ import aiohttp
 from swarm_app.peer.core.addressbook import format_address, parse_address
 from swarm_app.peer.core.heard import HeardFilter
 from swarm_app.peer.core.identity import Identity
-from swarm_app.peer.core.messages import Bye, ClientHandshake, Hello, decode_frame, encode
+from swarm_app.peer.core.messages import PULL_FILTERS, Bye, ClientHandshake, Hello, decode_frame, encode
 from swarm_app.peer.core.wire import MAX_FRAME_BYTES, WS_MAX_MSG_SIZE
 
 log = logging.getLogger(__name__)
@@ -135,12 +135,12 @@ async def fetch_peers(session: aiohttp.ClientSession, addr: str, timeout_s: floa
 
 async def fetch_sample(session: aiohttp.ClientSession, addr: str, have: dict[str, int], limit: int,
                        timeout_s: float, heard: HeardFilter | None = None,
-                       held: HeardFilter | None = None) -> list[Any]:
-    """HTTP fallback pull. `have` is cut to the most recently heard MAX_HAVE_IN_QUERY authors; `heard` and
-    `held` go as K.BITS."""
+                       held: HeardFilter | None = None, recent: HeardFilter | None = None) -> list[Any]:
+    """HTTP fallback pull. `have` is cut to the most recently heard MAX_HAVE_IN_QUERY authors; `heard`,
+    `held` and `recent` go as K.BITS."""
     recent = sorted(have.items(), key=lambda kv: kv[1], reverse=True)[:MAX_HAVE_IN_QUERY]
     params = {"max": str(limit), "have": ",".join(f"{a}.{ts}" for a, ts in recent)}
-    params.update({name: bloom.to_query() for name, bloom in (("heard", heard), ("held", held)) if bloom is not None})
+    params.update({name: bloom.to_query() for name, bloom in zip(PULL_FILTERS, (heard, held, recent)) if bloom is not None})
     data = await get_json(session, f"{base_url(addr)}/sample", timeout_s, params)
     items = data.get("items", []) if isinstance(data, dict) else []
     return items if isinstance(items, list) else []

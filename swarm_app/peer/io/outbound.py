@@ -215,7 +215,8 @@ class Dialer:
         assert node.session is not None
         try:
             items = await client.fetch_sample(node.session, action.addr, action.have, action.max,
-                                              node.config.request_timeout_s, action.heard, action.held)
+                                              node.config.request_timeout_s, action.heard, action.held,
+                                              action.recent)
         except client.PeerUnavailable as exc:
             log.debug("HTTP pull from %s failed: %s", action.addr, exc)
             self.core.on_dial_failed(action.addr, node.clock())

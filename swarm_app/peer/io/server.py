@@ -39,6 +39,7 @@ from swarm_app.peer.core.heard import HeardFilter
 from swarm_app.peer.core.identity import Identity, b64url
 from swarm_app.peer.core.messages import (
     HELLO_VERSION,
+    PULL_FILTERS,
     HandshakeError,
     Hello,
     MessageError,
@@ -203,7 +204,8 @@ async def probe(request: web.Request) -> web.Response:
 
 
 async def sample(request: web.Request) -> web.Response:
-    """GET /sample?max=N&have=AUTHOR.TS,...&heard=K.BITS&held=K.BITS: the pull answer over plain HTTP."""
+    """GET /sample?max=N&have=AUTHOR.TS,...&heard=K.BITS&held=K.BITS&recent=K.BITS: the pull answer over
+    plain HTTP."""
     if _limited(request):
         return web.json_response({"error": "rate limited"}, status=429)
     node = request.app[NODE]
@@ -213,15 +215,15 @@ async def sample(request: web.Request) -> web.Response:
         for pair in filter(None, request.query.get("have", "").split(",")[:100]):
             author, _, ts = pair.partition(".")
             have[author[:64]] = int(ts)
-        heard, held = (HeardFilter.from_query(request.query.get(name, "")) for name in ("heard", "held"))
+        heard, held, recent = (HeardFilter.from_query(request.query.get(name, "")) for name in PULL_FILTERS)
     except ValueError:
-        return web.json_response({"error": "max must be an integer; have is AUTHOR.TS,...; heard and held are K.BITS "
+        return web.json_response({"error": "max must be an integer; have is AUTHOR.TS,...; heard, held and recent are K.BITS "
                                   "(a filter of 64-2048 bytes, base64url)"}, status=400)
     budget, ip = request.app[OUTPUT], request.remote or "?"
     if not budget.has_room(ip, WS_MAX_MSG_SIZE):  # checked at the largest answer, before building one costs work
         return web.json_response({"error": "busy: too many answers in flight; try again later"}, status=503,
                                  headers={"Retry-After": "10"})
-    body = json.dumps({"items": node.core.serve_http_sample(have, limit, node.clock(), heard, held)}).encode()
+    body = json.dumps({"items": node.core.serve_http_sample(have, limit, node.clock(), heard, held, recent)}).encode()
     budget.take(ip, len(body))  # fits: nothing was awaited since the check, and an answer is at most 1 MiB
     try:
         return await send_bounded(request, body, budget)

@@ -75,3 +75,18 @@ def test_pull_answers_bring_authors_outside_the_filter_first():
     assert {s.body.decode().split("-")[0] for s in answer} == set(authors[25:])
     # nothing else left: the ones heard longest ago still come, after those
     assert len(pool.for_pull({}, 10, NOW, requester="x", rng=random.Random(0), heard=heard)) == 10
+
+
+def test_among_authors_heard_those_not_heard_lately_come_first():
+    """After a partition heals, the other half was heard minutes ago: inside `heard`, outside `recent`."""
+    pool = plain_pool(1000, 10**7, 60_000)
+    authors = ids(30, seed=4)
+    for k, author in enumerate(authors):
+        pool.insert(entry(author, NOW - 1000, k))
+    heard, recent = HeardFilter.of(authors), HeardFilter.of(authors[:20])
+    for seed in range(5):
+        answer = pool.for_pull({}, 10, NOW, requester="x", rng=random.Random(seed), heard=heard, recent=recent)
+        assert {s.body.decode().split("-")[0] for s in answer} == set(authors[20:])
+    unheard = HeardFilter.of(authors[5:])  # never heard beats heard long ago
+    answer = pool.for_pull({}, 5, NOW, requester="x", rng=random.Random(0), heard=unheard, recent=recent)
+    assert {s.body.decode().split("-")[0] for s in answer} == set(authors[:5])
