@@ -1,4 +1,4 @@
-"""What a pull request tells of its asker, in two Bloom filters of a size that does not grow with the swarm
+"""What a pull request tells of its asker, in Bloom filters of a size that does not grow with the swarm
 (docs/protocol.md §7).
 
 - `heard`: the authors the asker heard from over the coverage window (10 minutes). The answerer sends
@@ -7,6 +7,9 @@
 - `held`: the rollouts the asker holds from the pull freshness window (120 s), by id. The answerer skips
   them: what an exact map of authors to timestamps did, which grew with the authors heard (~15-35 KB a
   pull at 1,000 nodes, 40% of a leaf's bytes).
+- `recent`: the authors the asker heard from lately (5 minutes), as `heard`. Among the authors in
+  `heard`, the answerer sends those outside it first: those heard longest ago (after a partition heals,
+  the other half) before those heard a moment ago.
 
 A false positive only moves an author back in one answer, or leaves out one rollout the asker could
 have had (about 1%: it comes in another answer); a filter that lies (a hostile asker) only changes which
