@@ -77,14 +77,6 @@ class ProtocolConfig:
     pull_interval_s: float = 10.0
     pull_max: int = 20
     """Rollouts asked for per pull (one per author)."""
-    catchup_new_authors: int = 10
-    """A pull answer holding rollouts of at least this many authors this node had not heard from within
-    `heard_window_s` (a healed partition, a wave of newcomers, its own first minutes) shows that there is
-    much it has not heard: the next pull comes after `catchup_interval_s`."""
-    catchup_interval_s: float = 5.0
-    """... at most this often (x 0.9..1.1): pull_max / catchup_interval_s stays under a leaf's budget of
-    300 rollouts a minute, and in a settled swarm answers bring few unheard authors, so the cost per
-    minute stays that of one pull every `pull_interval_s`."""
     heard_window_s: float = 600.0
     """Authors heard from this recently go in a pull's `heard` filter (heard.py): answers bring others
     first. As long as the window over which a node should hear from every author."""
@@ -123,9 +115,8 @@ class ProtocolConfig:
 
     @property
     def pulls_per_s(self) -> float:
-        """Most pulls one node sends per second, all to one neighbour at worst (the interval is drawn from
-        0.9..1.1 x catchup_interval_s while it catches up)."""
-        return 1.0 / (0.9 * min(self.pull_interval_s, self.catchup_interval_s))
+        """Most pulls one node sends per second (the interval is drawn from 0.9..1.1 x pull_interval_s)."""
+        return 1.0 / (0.9 * self.pull_interval_s)
 
     @property
     def honest_conn_rate(self) -> float:

@@ -161,13 +161,6 @@ class OutboundLinks:
         self.counters["probes"] += len(due)
         return [self._ask(c, have, now) for c in due]
 
-    def _catch_up(self, now: float) -> None:
-        """A pull answer brought many authors this node had not heard from lately: the next pull comes
-        sooner, to a random neighbour as every pull (the same one again would meet its budget of authors
-        new to this node, 32 at once and one per 2 s, and bring rollouts refused for it)."""
-        self._next_pull = min(self._next_pull, now + self.config.catchup_interval_s * self.rng.uniform(0.9, 1.1))
-        self.counters["catchup_pulls"] += 1
-
     def _pull(self, now: float) -> list[Action]:
         """Ask one random connection for rollouts, not one on trial (`_probe` asks those)."""
         have = self._pull_filters(now)

@@ -244,11 +244,7 @@ class NodeCore(OutboundLinks):
                 c.timed_out.remove(msg.re)  # a busy peer answering after pull_timeout_s: taken, not punished
                 self.counters["late_samples"] += 1
             c.answers += 1
-            before = self.counters["unheard_authors"]
-            actions = self._receive(c, msg.items, False, now)
-            if self.counters["unheard_authors"] - before >= self.config.catchup_new_authors:
-                self._catch_up(now)
-            return actions
+            return self._receive(c, msg.items, False, now)
         if isinstance(msg, Bye):
             c.bye = msg.reason
             return [Close(conn, "")]
@@ -303,10 +299,7 @@ class NodeCore(OutboundLinks):
         sender.accepted += 1
         self.counters["accepted"] += 1
         self.peers.get(entry.author, now).authored += 1
-        last = self.heard.pop(entry.author, 0)
-        if last < (now - self.config.heard_window_s) * 1000:  # outside the coverage window
-            self.counters["unheard_authors"] += 1
-        self.heard[entry.author] = max(entry.ts_ms, last)
+        self.heard[entry.author] = max(entry.ts_ms, self.heard.pop(entry.author, 0))
         while len(self.heard) > MAX_HAVE:
             self.heard.popitem(last=False)
 
