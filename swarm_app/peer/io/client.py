@@ -138,8 +138,8 @@ async def fetch_sample(session: aiohttp.ClientSession, addr: str, have: dict[str
                        held: HeardFilter | None = None, recent: HeardFilter | None = None) -> list[Any]:
     """HTTP fallback pull. `have` is cut to the most recently heard MAX_HAVE_IN_QUERY authors; `heard`,
     `held` and `recent` go as K.BITS."""
-    recent = sorted(have.items(), key=lambda kv: kv[1], reverse=True)[:MAX_HAVE_IN_QUERY]
-    params = {"max": str(limit), "have": ",".join(f"{a}.{ts}" for a, ts in recent)}
+    newest = sorted(have.items(), key=lambda kv: kv[1], reverse=True)[:MAX_HAVE_IN_QUERY]
+    params = {"max": str(limit), "have": ",".join(f"{a}.{ts}" for a, ts in newest)}
     params.update({name: bloom.to_query() for name, bloom in zip(PULL_FILTERS, (heard, held, recent)) if bloom is not None})
     data = await get_json(session, f"{base_url(addr)}/sample", timeout_s, params)
     items = data.get("items", []) if isinstance(data, dict) else []

@@ -13,6 +13,7 @@ import aiohttp
 from swarm_app.peer.core.heard import HeardFilter
 from swarm_app.peer.core.identity import Identity
 from swarm_app.peer.core.wire import item_from_json, parse_body
+from swarm_app.peer.io import client
 from swarm_app.peer.io.local_nodes import local_swarm, wait_until_meshed
 from swarm_app.peer.io.node import PeerNode
 from tests.peer.helpers import fast_config, make_rollout, make_rollouts, wait_for, with_bootstrap
@@ -81,6 +82,9 @@ async def test_endpoints_info_peers_sample_metrics():
                 assert resp.status == 200 and len((await resp.json())["items"]) == 1  # heard: later, not never
             async with http.get(f"{base}/sample", params={"heard": "7.short"}) as resp:
                 assert resp.status == 400 and "heard" in (await resp.json())["error"]
+            filters = {name: HeardFilter.of([a.node_id]) for name in ("heard", "recent")}
+            items = await client.fetch_sample(http, a.address, {}, 2, 5.0, held=HeardFilter.of_rollouts([]), **filters)
+            assert len(items) == 1  # the fallback pull as a node sends it: all three filters in the query
             async with http.get(f"http://{a.address}/metrics") as resp:
                 text = await resp.text()
             assert resp.status == 200 and "rsp_published_total 3.0" in text and 'rsp_neighbours{direction="in"} 1.0' in text
