@@ -155,25 +155,24 @@ class OutboundLinks:
                if now >= self._probe_at.get(c.conn, now)]
         if not due:
             return []
-        have = self._pull_filters(now)
+        filters = self._pull_filters(now)
         for c in due:
             self._probe_at[c.conn] = now + self.config.pull_interval_s
         self.counters["probes"] += len(due)
-        return [self._ask(c, have, now) for c in due]
+        return [self._ask(c, filters, now) for c in due]
 
     def _pull(self, now: float) -> list[Action]:
         """Ask one random connection for rollouts, not one on trial (`_probe` asks those)."""
-        have = self._pull_filters(now)
         judged_after = self.config.useless_after_answers
         others = [c for c in self.conns.values() if not (c.direction == "out" and on_trial(c, judged_after))]
         if others:
-            return [self._ask(self.rng.choice(others), have, now)]
+            return [self._ask(self.rng.choice(others), self._pull_filters(now), now)]
         if self.conns:
             return []
         http_only = [s.addr for s in self.addresses.entries() if s.http_only]
         if http_only:
             self.counters["http_pulls"] += 1
-            return [HttpPull(self.rng.choice(http_only), {}, self.config.pull_max, *have)]
+            return [HttpPull(self.rng.choice(http_only), {}, self.config.pull_max, *self._pull_filters(now))]
         return []
 
     def _drop_useless(self, now: float) -> list[Action]:
