@@ -228,10 +228,14 @@ class _Experiment:
         write_json(self.store.results_file, {"experiment": {**_plan_dict(self.plan), **setup}, "base": base,
                                              "summary": summary, "cells": cells})
         write_text_atomic(self.store.table_file, markdown(self.plan, setup, summary))
+        if summary["headline"] is not None:
+            write_json(self.store.summary_file, {**summary["headline"], "model": model, "engine": base["engine"],
+                                                 "cells_done": len(cells), "cells": len(self.plan.cells())})
         seeds = max(len(c["seeds"]) for c in summary["configs"])
         title = f"{self.plan.nodes} nodes per config; mean over {seeds} seed(s), shaded: +-1 sd"
         pngs = draw_atomically(summary["curves"], self.store.root, title)
-        return [self.store.results_file, self.store.table_file, *pngs]
+        written = [self.store.results_file, self.store.table_file, *pngs]
+        return written + ([self.store.summary_file] if summary["headline"] is not None else [])
 
     def _setup(self, base: dict[str, Any], model: str) -> dict[str, Any]:
         s = self.settings

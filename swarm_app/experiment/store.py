@@ -6,6 +6,7 @@
     runs/<cell>/node-i/   the nodes' run folders (metrics.jsonl, the last checkpoint); a cell that did not
                           finish is started again from nothing, its old run folders removed first
     results.json, table.md, *.png   written from the cells after each cell (summary.py, plots.py)
+    summary.json          the headline: the best sharing config against I/0 and the goal (summary.headline)
 
 Every file is written atomically (kernel/files.py), a cell only once it finished, so a killed experiment
 leaves only whole cells. One experiment per folder: an OS lock on DIR/node.lock (kernel/runlock.py).
@@ -37,6 +38,7 @@ class ExperimentDir:
         self.runs_dir = root / "runs"
         self.results_file = root / "results.json"
         self.table_file = root / "table.md"
+        self.summary_file = root / "summary.json"
 
     def lock(self) -> RunLock:
         check_writable_folder(self.root, "--out")

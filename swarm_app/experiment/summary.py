@@ -10,7 +10,11 @@ Per cell (one config, one seed; `cell_metrics`):
 - wall time, training rounds per hour per node (evaluations left out), engine CPU seconds per node-round;
 - own versus external: the mean of each round row's diagnostics (training/diagnostics.py) over the cell.
 Per config (`config_summary`): the mean and spread (sample standard deviation) over seeds, and the gain of
-each config over the I/0 config paired by seed (equal rounds, the same node seeds).
+each config over the I/0 config paired by seed (the same node seeds), at equal rounds and at equal compute:
+both cells read where their nodes had spent the same engine CPU time per node (the smaller of the two
+totals), the held-out curve interpolated between its evaluations.
+The headline (`headline`, summary.json): the best sharing config by mean held-out gain at equal compute,
+against the solo arm, and whether it met the goal.
 Must not read or write files, nor draw (plots.py draws from `curves`).
 """
 
@@ -32,7 +36,43 @@ def summarize(plan: Plan, base: dict[str, Any], cells: list[dict[str, Any]]) -> 
     solo = plan.solo.name if plan.solo else None
     configs = [config_summary(name, metrics, by_config.get(solo, []), solo) for name, metrics in by_config.items() if metrics]
     return {"cells": per_cell, "configs": configs, "solo": solo,
-            "curves": {name: curves(metrics) for name, metrics in by_config.items() if metrics}}
+            "curves": {name: curves(metrics) for name, metrics in by_config.items() if metrics},
+            "headline": headline(plan, configs, solo)}
+
+
+GOAL_RATIO = 1.3
+"""The goal: the best sharing config's held-out gain at equal compute at least this many times the solo arm's."""
+
+
+def headline(plan: Plan, configs: list[dict[str, Any]], solo: str | None) -> dict[str, Any] | None:
+    """summary.json: the best sharing config (highest mean held-out gain at equal compute) against I/0.
+    The goal holds when that gain is at least GOAL_RATIO x the solo arm's at equal compute, the mean paired
+    difference is larger than its spread over seeds, and at equal rounds the gain is not below solo's."""
+    by_name = {c["config"]: c for c in configs}
+    shared = [c for c in configs if c.get("vs_solo") and c["vs_solo"]["equal_compute"]["gain_points"]["mean"] is not None]
+    if solo not in by_name or not shared:
+        return None
+    best = max(shared, key=lambda c: c["vs_solo"]["equal_compute"]["gain_points"]["mean"])
+    equal = best["vs_solo"]["equal_compute"]
+    gain, solo_gain = equal["gain_points"]["mean"], equal["solo_gain_points"]["mean"]
+    difference = equal["gain_minus_solo"]
+    at_rounds = best["vs_solo"]["gain_points"]
+    checks = {"ratio_at_least": GOAL_RATIO,
+              "ratio_met": solo_gain > 0 and gain >= GOAL_RATIO * solo_gain,
+              "beyond_seed_spread": difference["std"] is not None and difference["mean"] > difference["std"],
+              "not_below_solo_at_equal_rounds": at_rounds["mean"] is not None and at_rounds["mean"] >= 0}
+    return {"best_config": best["config"], "solo_config": solo, "seeds": len(best["seeds"]), "rounds": plan.rounds,
+            "nodes": plan.nodes,
+            "solo_heldout_gain": by_name[solo]["gain_points"]["mean"], "best_heldout_gain": best["gain_points"]["mean"],
+            "solo_heldout_gain_std": by_name[solo]["gain_points"]["std"], "best_heldout_gain_std": best["gain_points"]["std"],
+            "equal_compute": {"best_heldout_gain": gain, "solo_heldout_gain": solo_gain,
+                              "gain_ratio": gain / solo_gain if solo_gain else None,
+                              "gain_minus_solo": difference, "cpu_s_per_node": equal["cpu_s_per_node"],
+                              "solo_rounds": equal["solo_rounds"], "rounds": equal["rounds"],
+                              "cum_reward_ratio": equal["cum_reward_ratio"], "local_reward_minus_solo": equal["local_reward"]},
+            "equal_rounds": {"gain_minus_solo": at_rounds, "cum_reward_ratio": best["vs_solo"]["cum_reward_ratio"],
+                             "local_reward_minus_solo": best["vs_solo"]["local_reward"]},
+            "goal": {**checks, "met": all(v for k, v in checks.items() if k != "ratio_at_least")}}
 
 
 def cell_metrics(cell: dict[str, Any], base: dict[str, Any], plan: Plan) -> dict[str, Any]:
@@ -134,8 +174,52 @@ def config_summary(name: str, metrics: list[dict[str, Any]], solo: list[dict[str
             "gain_points": spread([_minus(m["gain_points"], s["gain_points"]) for m, s in paired]),
             "cum_reward_ratio": spread([m["cum_reward"] / s["cum_reward"] if s["cum_reward"] else None for m, s in paired]),
             "local_reward": spread([m["local_reward"] - s["local_reward"] for m, s in paired]),
+            "equal_compute": _equal_compute_spread([equal_compute(m, s) for m, s in paired]),
             "seeds": [m["seed"] for m, _ in paired]}
     return summary
+
+
+def equal_compute(m: dict[str, Any], s: dict[str, Any]) -> dict[str, float] | None:
+    """A sharing cell `m` and the solo cell `s` of its seed where both had spent the same engine CPU time per
+    node: the smaller of their totals (rounds x CPU s per node-round). The cell with more to spend is read at
+    an earlier round: its held-out accuracy interpolated between evaluations, its cumulative reward summed to
+    that round, its local reward averaged over the rounds before it. None without CPU times."""
+    cpu_m, cpu_s = m["cpu_s_per_node_round"], s["cpu_s_per_node_round"]
+    if not cpu_m or not cpu_s or not m["rounds"] or not s["rounds"]:
+        return None
+    budget = min(m["rounds"][-1] * cpu_m, s["rounds"][-1] * cpu_s)
+    at_m, at_s = budget / cpu_m, budget / cpu_s
+    gain_m = (_interpolate(m["heldout_curve"], at_m) - m["heldout_start"]) * POINTS
+    gain_s = (_interpolate(s["heldout_curve"], at_s) - s["heldout_start"]) * POINTS
+    cum_s = _interpolate([(0, 0.0), *zip(s["rounds"], s["cum_reward_curve"])], at_s)
+    cum_m = _interpolate([(0, 0.0), *zip(m["rounds"], m["cum_reward_curve"])], at_m)
+    return {"cpu_s_per_node": budget, "rounds": at_m, "solo_rounds": at_s, "gain_points": gain_m,
+            "solo_gain_points": gain_s, "gain_minus_solo": gain_m - gain_s,
+            "cum_reward_ratio": cum_m / cum_s if cum_s else None,
+            "local_reward": _mean_to(m["rounds"], m["local_curve"], at_m) - _mean_to(s["rounds"], s["local_curve"], at_s)}
+
+
+def _equal_compute_spread(pairs: list[dict[str, float] | None]) -> dict[str, Any]:
+    keys = ("cpu_s_per_node", "rounds", "solo_rounds", "gain_points", "solo_gain_points", "gain_minus_solo",
+            "cum_reward_ratio", "local_reward")
+    return {key: spread([p[key] if p else None for p in pairs]) for key in keys}
+
+
+def _interpolate(points: list[tuple[float, float]], x: float) -> float:
+    """The piecewise-linear curve through `points` (sorted by x) at x, held flat beyond its ends."""
+    points = sorted(points)
+    if x <= points[0][0]:
+        return points[0][1]
+    for (x0, y0), (x1, y1) in zip(points, points[1:]):
+        if x <= x1:
+            return y0 + (y1 - y0) * (x - x0) / (x1 - x0) if x1 > x0 else y1
+    return points[-1][1]
+
+
+def _mean_to(rounds: list[int], values: list[float], last: float) -> float:
+    """The mean of `values` over the rounds up to `last` (at least the first round)."""
+    kept = [v for t, v in zip(rounds, values) if t <= last] or values[:1]
+    return mean(kept)
 
 
 def _paired(metrics: list[dict[str, Any]], solo: list[dict[str, Any]]) -> list[tuple[dict, dict]]:

@@ -15,7 +15,8 @@ def markdown(plan: Plan, setup: dict[str, Any], summary: dict[str, Any]) -> str:
     solo = summary["solo"]
     lines = [f"# swarm experiment: {plan.nodes} nodes, {plan.rounds} rounds, configs {', '.join(c.name for c in plan.configs)}",
              "", *_setup_lines(plan, setup, summary), "", *_main_table(summary["configs"], solo), "",
-             *_notes(plan, solo), "", *_task_table(summary["configs"]), "", *_cell_table(summary["cells"])]
+             *_notes(plan, solo), "", *_equal_compute_table(summary["configs"], solo), "",
+             *_task_table(summary["configs"]), "", *_cell_table(summary["cells"])]
     return "\n".join(lines) + "\n"
 
 
@@ -58,6 +59,28 @@ def _notes(plan: Plan, solo: str | None) -> list[str]:
                                    else "No I/0 config ran: no gain over training alone. ")
             + "Rounds per hour leave the evaluations out; CPU s per node-round is the node's engine thread's CPU time "
             "of a round (evaluation left out), the basis for comparing configs at equal compute."]
+
+
+def _equal_compute_table(configs: list[dict[str, Any]], solo: str | None) -> list[str]:
+    shared = [c for c in configs if c.get("vs_solo")]
+    if not shared:
+        return []
+    lines = [f"## Against {solo} at equal compute", "",
+             "Both cells of a seed read where their nodes had spent the same engine CPU time (the smaller total): "
+             "the cheaper config at its last round, the other at the earlier round with that CPU time, its held-out "
+             "accuracy interpolated between evaluations.", "",
+             f"| config | CPU s per node | its rounds | {solo}'s rounds | held-out gain (points) | {solo}'s gain | "
+             f"difference | gain ratio | cum. reward ratio | local reward minus {solo}'s |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for c in shared:
+        e = c["vs_solo"]["equal_compute"]
+        gain, solo_gain = e["gain_points"]["mean"], e["solo_gain_points"]["mean"]
+        ratio = f"{gain / solo_gain:.2f}" if gain is not None and solo_gain else "-"
+        lines.append(f"| {c['config']} | {_pm(e['cpu_s_per_node'], 0)} | {_pm(e['rounds'], 0)} | {_pm(e['solo_rounds'], 0)} "
+                     f"| {_pm(e['gain_points'], 1, sign=True)} | {_pm(e['solo_gain_points'], 1, sign=True)} "
+                     f"| {_pm(e['gain_minus_solo'], 1, sign=True)} | {ratio} | {_pm(e['cum_reward_ratio'], 2)} "
+                     f"| {_pm(e['local_reward'], 3, sign=True)} |")
+    return lines
 
 
 def _task_table(configs: list[dict[str, Any]]) -> list[str]:

@@ -16,7 +16,7 @@ from swarm_app.experiment.summary import summarize
 
 SMALL = ["--nodes", "2", "--configs", "8/0,4/4", "--seeds", "1", "--rounds", "3", "--eval-every", "3", "--eval-n", "8",
          "--no-ui"]
-OUTPUTS = ("results.json", "table.md", "cumulative_reward.png", "heldout_accuracy.png", "local_reward.png")
+OUTPUTS = ("results.json", "table.md", "summary.json", "cumulative_reward.png", "heldout_accuracy.png", "local_reward.png")
 
 
 def test_default_configs_split_the_models_update_as_the_paper_splits_8():
@@ -78,6 +78,34 @@ def test_the_summary_sums_the_papers_reward_and_pairs_gains_with_the_solo_arm_by
     assert solo["rounds_per_hour"]["mean"] == pytest.approx(3600 * 2 / 3.0)  # evaluations left out
     assert solo["cpu_s_per_node_round"]["mean"] == pytest.approx(1.25)
     assert summary["curves"]["4/4"]["heldout"]["mean"] == pytest.approx([0.30, 0.415])
+
+
+def _costing(cell, cpu_s):
+    for node in cell["nodes"]:
+        for row in node["rows"]:
+            row.update(cpu_s=cpu_s, eval_cpu_s=None)
+    return cell
+
+
+def test_at_equal_compute_the_costlier_solo_arm_is_read_where_it_had_spent_what_sharing_spent():
+    plan = Plan(2, (Config(8, 0), Config(4, 4)), 2, 2, 2, 8, 2, 1)
+    base = {"accuracy": 0.30, "per_task": {"a": 0.30}}
+    cells = [_costing(_cell("8/0", 0, [0.40, 0.40]), 2.0), _costing(_cell("4/4", 0, [0.36, 0.36]), 1.0),
+             _costing(_cell("8/0", 1, [0.40, 0.40]), 2.0), _costing(_cell("4/4", 1, [0.38, 0.38]), 1.0)]
+    summary = summarize(plan, base, cells)
+    equal = summary["configs"][1]["vs_solo"]["equal_compute"]
+    assert equal["cpu_s_per_node"]["mean"] == pytest.approx(2.0)  # sharing's 2 rounds x 1.0 s
+    assert equal["solo_rounds"]["values"] == pytest.approx([1.0, 1.0])
+    assert equal["solo_gain_points"]["values"] == pytest.approx([5.0, 5.0])  # 0.30 -> 0.40 over 2 rounds, read at 1
+    assert equal["gain_points"]["values"] == pytest.approx([6.0, 8.0])
+    assert equal["cum_reward_ratio"]["values"] == pytest.approx([4.0, 4.0])  # 2 x 2 x 8 against 2 x 1 x 4
+    head = summary["headline"]
+    assert head["best_config"] == "4/4" and head["seeds"] == 2 and head["rounds"] == 2
+    assert head["solo_heldout_gain"] == pytest.approx(10.0) and head["best_heldout_gain"] == pytest.approx(7.0)
+    assert head["equal_compute"]["gain_ratio"] == pytest.approx(7.0 / 5.0)
+    goal = head["goal"]
+    assert goal["ratio_met"] and goal["beyond_seed_spread"]  # +2 +- 1.4
+    assert not goal["not_below_solo_at_equal_rounds"] and not goal["met"]  # 7 against 10 at equal rounds
 
 
 def test_the_cell_carries_the_mean_own_and_external_figures_of_the_rows_that_have_them():
