@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections import Counter, OrderedDict
+from collections import Counter, OrderedDict, deque
 
 from swarm_app.peer.core.actions import Action, Close, Dial, FetchPeers, HttpPull, Send
 from swarm_app.peer.core.addressbook import AddressBook
@@ -72,6 +72,20 @@ class OutboundLinks:
         """The last dials fell short: the address book had too few due candidates (peer lists come faster)."""
         self._probe_at: dict[int, float] = {}
         """Connection -> when an outbound neighbour on trial is next asked for rollouts (`_probe`)."""
+        self._pulled: deque[tuple[float, int]] = deque()
+        """(time, rollouts) of each pull answer in the last minute (`_pull_room`)."""
+
+    def _note_pulled(self, count: int, now: float) -> None:
+        self._pulled.append((now, count))
+
+    def _pull_room(self, now: float) -> int:
+        """How many more pulls the minute's budget (`pulled_per_min_max`) allows now: what answers brought
+        in the last 60 s, and a full answer for each pull still awaited, count against it."""
+        while self._pulled and self._pulled[0][0] <= now - 60.0:
+            self._pulled.popleft()
+        awaited = sum(len(c.pending) for c in self.conns.values())
+        used = sum(n for _, n in self._pulled) + awaited * self.config.pull_max
+        return max(0, (self.config.pulled_per_min_max - used) // self.config.pull_max)
 
     def _dials(self, now: float) -> list[Action]:
         """Dial towards `target_outbound` as overlay.dials_due allows (every missing link at once below
@@ -153,6 +167,9 @@ class OutboundLinks:
         self._probe_at = {conn: t for conn, t in self._probe_at.items() if conn in self.conns}
         due = [c for c in probes_due(self._outbound(), self.config.useless_after_answers)
                if now >= self._probe_at.get(c.conn, now)]
+        if due and len(due) > (room := self._pull_room(now)):
+            self.counters["pulls_deferred"] += len(due) - room
+            due = due[:room]
         if not due:
             return []
         filters = self._pull_filters(now)
@@ -164,6 +181,9 @@ class OutboundLinks:
     def _pull(self, now: float) -> list[Action]:
         """Ask one random connection for rollouts, not one on trial (`_probe` asks those)."""
         judged_after = self.config.useless_after_answers
+        if not self._pull_room(now):
+            self.counters["pulls_deferred"] += 1
+            return []
         others = [c for c in self.conns.values() if not (c.direction == "out" and on_trial(c, judged_after))]
         if others:
             return [self._ask(self.rng.choice(others), self._pull_filters(now), now)]

@@ -244,6 +244,7 @@ class NodeCore(OutboundLinks):
                 c.timed_out.remove(msg.re)  # a busy peer answering after pull_timeout_s: taken, not punished
                 self.counters["late_samples"] += 1
             c.answers += 1
+            self._note_pulled(len(msg.items), now)
             return self._receive(c, msg.items, False, now)
         if isinstance(msg, Bye):
             c.bye = msg.reason
@@ -260,6 +261,7 @@ class NodeCore(OutboundLinks):
         state = self.addresses.get(addr)
         peer = state.node_id if state and state.node_id else f"@{addr}"
         pseudo = Connection(-1, peer, "http", addr, now, TokenBucket(1, 1, now), _host_of(addr))
+        self._note_pulled(len(items), now)
         return [a for a in self._receive(pseudo, items, False, now) if not isinstance(a, Close)]
 
     def _answer_pull(self, c: Connection, pull: Pull, now: float) -> Send:

@@ -192,12 +192,13 @@ def test_nodes_behind_nat_are_never_listed_and_still_hear_almost_everyone():
 
 
 def test_a_nodes_cost_stays_within_its_fixed_budget():
-    """A pull brings at most 20 rollouts every ~10 s and own pushes reach a node from its neighbours'
-    rounds: about 120 + 20 a minute, whatever the swarm's size. (Below ~100 nodes a pull answer is not
-    full, so the cost grows with the swarm until then; benchmarks/swarm_sim.py shows 100 to 1,000.)"""
+    """A pull brings at most 20 rollouts every ~5 s, and pulls wait while the answers of the last minute
+    and those awaited reach 260; own pushes reach a node from its neighbours' rounds (about 20 a minute):
+    a leaf stays under 300 in every minute, whatever the swarm's size. (Below ~100 nodes a pull answer
+    is not full, so the cost grows with the swarm until then; benchmarks/swarm_sim.py shows 100 to 1,000.)"""
     result = simulated(Run(small(120, reachable=0.3, minutes=4.0, seed=7)))
-    assert result["rollouts_per_min_mean"] <= 160, result
-    assert result["leaf_rollouts_per_min_max"] <= 300, result
+    assert result["rollouts_per_min_mean"] <= 280, result
+    assert result["leaf_rollouts_peak_minute_max"] <= 300, result
 
 
 def test_decoding_each_rollout_once_changes_no_figure():

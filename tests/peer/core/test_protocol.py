@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import random
 from collections import Counter
@@ -11,8 +12,9 @@ from swarm_app.kernel.tasks import HELDOUT_SEED
 from swarm_app.peer.core.actions import Close, Dial, FetchPeers, HttpPull, Send
 from swarm_app.peer.core.addressbook import AddressBook, parse_address
 from swarm_app.peer.core.heard import HeardFilter
+from swarm_app.peer.core.identity import Identity
 from swarm_app.peer.core.protocol import ProtocolConfig
-from tests.peer.helpers import make_rollout, make_rollouts
+from tests.peer.helpers import make_rollout, make_rollouts, signed
 from tests.peer.sim import START, Simulation
 
 FAST = ProtocolConfig(pull_interval_s=1.0, exchange_interval_s=2.0, target_outbound=4, max_inbound_per_ip=64)
@@ -100,6 +102,39 @@ def test_pulls_go_to_one_neighbour_per_interval_with_what_we_have():
     assert all("someauthor" in HeardFilter.from_wire(a.message[name]) for _, a in pulls for name in ("heard", "recent"))
     assert all(not HeardFilter.from_wire(a.message["held"]).holds(bytes(32)) for _, a in pulls)
     assert len({a.conn for _, a in pulls}) == 2
+
+
+def test_pulls_wait_while_the_last_minutes_answers_fill_the_intake_budget():
+    """With `pulled_per_min_max` 40 and 20 a pull: two full answers within a minute hold the next pull back
+    until the first of them is a minute old; a pull still awaited counts as a full answer."""
+    sim = Simulation(2, dataclasses.replace(FAST, pulled_per_min_max=40), seed=5)
+    sim.dial(0, sim.nodes[1].addr)
+    sim.run(2.0)
+    core, now = sim.nodes[0].core, sim.now  # from here on driven by hand: node 1 never sees the pulls
+    conn = next(iter(core.conns))
+
+    def pulls_until(end):
+        nonlocal now
+        sent = []
+        while now < end:
+            now += 0.1
+            sent += [(now, a) for a in core.tick(now) if isinstance(a, Send) and a.message["t"] == "pull"]
+        return sent
+
+    def answer(pull, seed):
+        items = [signed(Identity.generate(), make_rollout(seed=seed, index=k), ts_ms=int(now * 1000)).to_item()
+                 for k in range(20)]
+        core.on_frame(conn, json.dumps({"t": "sample", "re": pull.message["id"], "items": items}), now)
+
+    first = pulls_until(now + 1.2)
+    assert len(first) == 2  # a probe of the new neighbour and a pull: 2 x 20 awaited fill the 40
+    assert pulls_until(now + 3.0) == []
+    answer(first[0][1], 60)
+    answer(first[1][1], 61)
+    answered_at = now
+    assert pulls_until(answered_at + 55.0) == []  # 40 rollouts came within the minute
+    assert core.counters["pulls_deferred"] >= 50
+    assert len(pulls_until(answered_at + 62.0)) >= 1  # they left the minute
 
 
 def test_offenders_are_banned_with_growing_bans_and_refused_meanwhile():
