@@ -62,7 +62,7 @@ NEWCOMER_SHARE = 0.15
 at 256. Enough for a fresh peer's hello and side calls while 70 churning addresses hold the rest."""
 NEWCOMER_CONNECTIONS = 16
 """An address stays a newcomer for its first 16 connections in `RECENT_S`, refused ones included (a
-joining peer opens ~3: its websocket, /info, /peers; an HTTP-only client pulling every 10 s opens 30 in
+joining peer opens ~3: its websocket, /info, /peers; an HTTP-only client pulling every 5 s opens 60 in
 5 minutes and is no newcomer), so a fresh address is not locked out by its own first requests, while
 an address churning slow connections or retrying in a loop spends that in seconds."""
 RECENT_S = 300.0
