@@ -46,9 +46,12 @@ class ProtocolConfig:
     """Outbound neighbours with the best earned score (recent first deliveries) that rotation never
     replaces: announcements alone cannot take these places (overlay.py)."""
     useless_after_answers: int = 2
-    """An outbound neighbour open at least `pull_interval_s` that answered this many pulls without one
+    """An outbound neighbour open at least `useless_min_age_s` that answered this many pulls without one
     rollout admitted here, while others delivered, is replaced at once (an honest peer answers with
     authors the asker has not heard from)."""
+    useless_min_age_s: float = 10.0
+    """... not before it has been open this long: a young swarm's first links may have had nothing to give
+    (two pull intervals; 10 s when pulls came every 10 s)."""
     useless_hold_s: float = 600.0
     """... and its address is not dialed again for this long."""
     stalled_rotate_s: float = 20.0

@@ -205,7 +205,7 @@ class OutboundLinks:
         `stalled_rotate_s` instead, one not vouched for first. Once settled with a proven link, unproven
         links past as many as are proven (at most `unproven_outbound`) go too (`_excess_unproven`)."""
         config, outbound = self.config, self._outbound()
-        judged_after, min_age_s = config.useless_after_answers, config.pull_interval_s
+        judged_after, min_age_s = config.useless_after_answers, config.useless_min_age_s
         delivering = any(proven(c) for c in self.conns.values())
         dropped, hold = self._useless(outbound, delivering, now), config.useless_hold_s
         if not delivering and len(outbound) >= config.low_outbound and now >= self._next_stalled and self._refillable(now):
@@ -230,7 +230,7 @@ class OutboundLinks:
         links (a bootstrap's to the others among them) may have had nothing to give yet, and are not torn
         down before something else can be tried."""
         config = self.config
-        judged = useless(outbound, config.useless_after_answers, delivering, now, config.pull_interval_s)
+        judged = useless(outbound, config.useless_after_answers, delivering, now, config.useless_min_age_s)
         if self._settled(now):
             return judged
         due = self.addresses.candidates(now, lambda node: self._not_dialable(node, now), self.dialing)

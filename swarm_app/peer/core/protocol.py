@@ -3,7 +3,8 @@
 It owns the live connections (after the handshake), the address book, peer scores and bans, and the
 data plane: publish = sign, file in the pool, push to `push_fanout` random neighbours; every
 `pull_interval_s` ask one random neighbour for up to `pull_max` fresh rollouts (one per author,
-unheard authors first) while the minute's intake allows (`pulled_per_min_max`); answer pulls from the pool; admit what arrives and penalize what is rejected.
+unheard authors first) while the minute's intake allows (`pulled_per_min_max`); answer pulls from the
+pool; admit what arrives and penalize what is rejected.
 Callers feed it events (`tick`, `on_frame`, `on_connected`, ...) with the current time and carry out
 the returned actions (actions.py: `Dial`, `Send`, `Close`, `FetchPeers`, `HttpPull`; `Admitted` is a
 notice). Its parts live beside it: connections.py (what it keeps of a connection, the inbound slots),

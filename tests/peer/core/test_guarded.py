@@ -90,7 +90,7 @@ def test_a_young_node_drops_a_useless_link_only_when_another_address_is_due():
     by_addr[sim.nodes[3].addr].delivered.add(1.0, first)  # another link delivered
     for k in (1, 2):
         by_addr[sim.nodes[k].addr].answers = CONFIG.useless_after_answers  # these answered with nothing
-    at = first + CONFIG.pull_interval_s + 1
+    at = first + CONFIG.useless_min_age_s + 1
     core.add_address("10.77.0.1:4747", "inbound")  # announced by an inbound peer: no replacement
     assert not [a for a in core.tick(at) if isinstance(a, Close)]  # a young swarm: nothing else to try
     core.add_address(sim.nodes[4].addr, "exchange")
