@@ -65,8 +65,7 @@ def headline(plan: Plan, configs: list[dict[str, Any]], solo: str | None) -> dic
             "nodes": plan.nodes,
             "solo_heldout_gain": by_name[solo]["gain_points"]["mean"], "best_heldout_gain": best["gain_points"]["mean"],
             "solo_heldout_gain_std": by_name[solo]["gain_points"]["std"], "best_heldout_gain_std": best["gain_points"]["std"],
-            "equal_compute": {"best_heldout_gain": gain, "solo_heldout_gain": solo_gain,
-                              "gain_ratio": gain / solo_gain if solo_gain else None,
+            "equal_compute": {"best_heldout_gain": gain, "solo_heldout_gain": solo_gain, "gain_ratio": equal["gain_ratio"],
                               "gain_minus_solo": difference, "cpu_s_per_node": equal["cpu_s_per_node"],
                               "solo_rounds": equal["solo_rounds"], "rounds": equal["rounds"],
                               "cum_reward_ratio": equal["cum_reward_ratio"], "local_reward_minus_solo": equal["local_reward"]},
@@ -200,9 +199,13 @@ def equal_compute(m: dict[str, Any], s: dict[str, Any]) -> dict[str, float] | No
 
 
 def _equal_compute_spread(pairs: list[dict[str, float] | None]) -> dict[str, Any]:
+    """Each figure's spread over the seeds, and `gain_ratio`: the mean gain over the solo arm's mean gain."""
     keys = ("cpu_s_per_node", "rounds", "solo_rounds", "gain_points", "solo_gain_points", "gain_minus_solo",
             "cum_reward_ratio", "local_reward")
-    return {key: spread([p[key] if p else None for p in pairs]) for key in keys}
+    out: dict[str, Any] = {key: spread([p[key] if p else None for p in pairs]) for key in keys}
+    gain, solo_gain = out["gain_points"]["mean"], out["solo_gain_points"]["mean"]
+    out["gain_ratio"] = gain / solo_gain if gain is not None and solo_gain else None
+    return out
 
 
 def _interpolate(points: list[tuple[float, float]], x: float) -> float:

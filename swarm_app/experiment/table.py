@@ -74,8 +74,7 @@ def _equal_compute_table(configs: list[dict[str, Any]], solo: str | None) -> lis
              "|---|---|---|---|---|---|---|---|---|---|"]
     for c in shared:
         e = c["vs_solo"]["equal_compute"]
-        gain, solo_gain = e["gain_points"]["mean"], e["solo_gain_points"]["mean"]
-        ratio = f"{gain / solo_gain:.2f}" if gain is not None and solo_gain else "-"
+        ratio = _num(e["gain_ratio"], 2)
         lines.append(f"| {c['config']} | {_pm(e['cpu_s_per_node'], 0)} | {_pm(e['rounds'], 0)} | {_pm(e['solo_rounds'], 0)} "
                      f"| {_pm(e['gain_points'], 1, sign=True)} | {_pm(e['solo_gain_points'], 1, sign=True)} "
                      f"| {_pm(e['gain_minus_solo'], 1, sign=True)} | {ratio} | {_pm(e['cum_reward_ratio'], 2)} "

@@ -50,8 +50,8 @@ class ProtocolConfig:
     rollout admitted here, while others delivered, is replaced at once (an honest peer answers with
     authors the asker has not heard from)."""
     useless_min_age_s: float = 10.0
-    """... not before it has been open this long: a young swarm's first links may have had nothing to give
-    (two pull intervals; 10 s when pulls came every 10 s)."""
+    """... not before it has been open this long (two pull intervals): a young swarm's first links may have
+    had nothing to give yet."""
     useless_hold_s: float = 600.0
     """... and its address is not dialed again for this long."""
     stalled_rotate_s: float = 20.0
