@@ -75,6 +75,16 @@ def test_helpers_are_spaced_skip_answered_networks_and_are_not_asked_twice_soon(
     assert s.next_helper(2.0, []) is None
 
 
+def test_inbound_neighbours_are_asked_only_when_no_other_helper_is_left():
+    s = state(ask_again_s=100.0, ask_every_s=1.0)
+    helpers, inbound = [("10.0.1.5:1", "10.0.1.5")], [("10.0.7.5:1", "10.0.7.5"), ("10.0.8.5:1", "10.0.8.5")]
+    assert s.next_helper(0.0, helpers, inbound) == "10.0.1.5:1"  # a helper first, though more are inbound
+    s.on_answer("10.0.1.5", True, 0.5)
+    asked = {s.next_helper(1.0, helpers, inbound), s.next_helper(2.0, helpers, inbound)}
+    assert asked == {"10.0.7.5:1", "10.0.8.5:1"}  # then the inbound ones, each once
+    assert s.next_helper(3.0, helpers, inbound) is None
+
+
 def test_a_verdict_stands_until_the_recheck_then_the_check_starts_over():
     s = state(recheck_s=60.0, confirmations=1)
     s.on_answer("10.0.1.5", True, 0)

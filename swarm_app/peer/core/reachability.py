@@ -100,16 +100,21 @@ class Reachability:
         """What counts as one witness: the helper's network, or its address on loopback."""
         return ip if self.policy.by_address else prefix_of(ip)
 
-    def next_helper(self, now: float, candidates: list[tuple[str, str]]) -> str | None:
-        """An address to ask now out of `candidates` (address, host), or None: not due, nothing new to
-        learn, or nobody fit to ask. Helpers from networks that already answered are skipped: only
-        distinct witnesses count."""
+    def next_helper(self, now: float, candidates: list[tuple[str, str]],
+                    fallback: list[tuple[str, str]] = ()) -> str | None:
+        """An address to ask now out of `candidates` (address, host), or out of `fallback` when none of those
+        is fit, or None: not due, nothing new to learn, or nobody fit to ask. Helpers from networks that
+        already answered are skipped: only distinct witnesses count."""
         self._maybe_start_over(now)
         if now < self._next_ask or (self._verdict_at is not None):
             return None
         answered = self.confirmed.keys() | self.failed.keys()
-        fresh = [addr for addr, host in candidates
-                 if self.key_of(host) not in answered and now >= self._asked.get(addr, -1e18) + self.policy.ask_again_s]
+
+        def fit(pairs: list[tuple[str, str]]) -> list[str]:
+            return [addr for addr, host in pairs
+                    if self.key_of(host) not in answered and now >= self._asked.get(addr, -1e18) + self.policy.ask_again_s]
+
+        fresh = fit(candidates) or fit(fallback)
         if not fresh:
             return None
         chosen = self.rng.choice(sorted(set(fresh)))

@@ -256,7 +256,8 @@ class PeerNode:
         assert self._session is not None
         if self._wants_upnp():
             await self._map_port()
-        checking = asyncio.create_task(self.dialback.run(self._session, self._dialback_helpers, lambda: self.public_port))
+        checking = asyncio.create_task(self.dialback.run(self._session, self._dialback_helpers, lambda: self.public_port,
+                                                         self._inbound_neighbours))
         try:
             while self.mapping is not None:
                 await asyncio.sleep(upnp.LEASE_S / 2)
@@ -287,6 +288,12 @@ class PeerNode:
         dialed = [c.addr for c in self.core.conns.values() if c.direction == "out" and c.addr]
         worked = [s.addr for s in self.core.addresses.entries() if s.last_ok > 0]
         return dialed + worked + list(self.dialback.reached)
+
+    def _inbound_neighbours(self) -> list[str]:
+        """Where inbound neighbours say they listen (their observed IP, the port they announced): dial-back
+        helpers of last resort, since most may sit behind NAT. A node that most of a small swarm dialed first
+        has fewer other helpers than the confirmations it needs."""
+        return [c.addr for c in self.core.conns.values() if c.direction == "in" and c.addr]
 
     # --- RolloutExchange (training thread)
 

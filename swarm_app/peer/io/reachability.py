@@ -123,13 +123,15 @@ class DialBack:
     # --- the requester's side
 
     async def run(self, session: aiohttp.ClientSession, helpers: Callable[[], list[str]],
-                  port: Callable[[], int | None]) -> None:
+                  port: Callable[[], int | None], fallback: Callable[[], list[str]] = list) -> None:
         """Ask one helper at a time, spaced by the policy, until cancelled. `helpers()`: addresses of
-        peers that accept connections (outbound neighbours, addresses that worked); `port()`: the port
-        peers should dial, None while there is none."""
+        peers that accept connections (outbound neighbours, addresses that worked); `fallback()`: addresses
+        asked only when no helper is left to ask (inbound neighbours, most of which may not accept
+        connections); `port()`: the port peers should dial, None while there is none."""
         while True:
             listen_port = port()
-            addr = self.state.next_helper(self.clock(), _with_hosts(helpers())) if listen_port else None
+            addr = (self.state.next_helper(self.clock(), _with_hosts(helpers()), _with_hosts(fallback()))
+                    if listen_port else None)
             if addr is not None and listen_port is not None:
                 await self.ask(session, addr, listen_port)
             await asyncio.sleep(min(LOOP_S, self.policy.ask_every_s))
