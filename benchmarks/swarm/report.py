@@ -8,7 +8,7 @@ from collections import Counter
 from typing import Any
 
 from benchmarks.swarm.measure import FRESH_S, live_through, quantile
-from benchmarks.swarm.network import START
+from benchmarks.swarm.network import START, SimNode
 from benchmarks.swarm.scenario import Run
 
 
@@ -81,6 +81,12 @@ def cost_figures(run: Run) -> dict[str, Any]:
     }
 
 
+def _slow_node(node: SimNode, longest_s: float, bootstraps: int) -> dict[str, Any]:
+    """Which kind of node stayed below the low-water mark too long: what a fix must look at."""
+    return {"index": node.index, "longest_s": _round(longest_s, 1), "reachable": node.reachable,
+            "bootstrap": node.index < bootstraps, "joined_s": _round(node.joined - START, 1)}
+
+
 def link_figures(run: Run) -> dict[str, Any]:
     rec, nodes = run.recorder, run.net.nodes
     honest = [n for n in nodes if n.role == "honest"]
@@ -90,6 +96,8 @@ def link_figures(run: Run) -> dict[str, Any]:
         "below_6_outbound_longest_s": _round(max(longest, default=None), 1),
         "below_6_outbound_p99_s": _round(quantile(longest, 0.99), 1),
         "nodes_below_6_over_30s": sum(t > 30 for t in longest),
+        "below_6_over_30s_nodes": [_slow_node(n, rec.longest_low[n.index], rec.bootstraps) for n in honest
+                                   if rec.longest_low[n.index] > 30][:10],
         "below_6_outbound_after_3min_longest_s": _round(max((rec.longest_low_warm[n.index] for n in honest), default=None), 1),
         "nodes_below_6_over_30s_after_3min": sum(rec.longest_low_warm[n.index] > 30 for n in honest),
         "dials_to_unreachable_per_node_min": _round(rec.dials_to_unreachable / max(1, len(honest)) / run.s.minutes),
