@@ -51,6 +51,8 @@ class Recorder(Observer):
         self.ages = array("f")
         self.received: Counter[tuple[int, int]] = Counter()
         """(node, minute) -> rollouts received."""
+        self.pushed: Counter[tuple[int, int]] = Counter()
+        """(node, minute) -> rollouts pushed to it (part of `received`)."""
         self.bytes: Counter[tuple[int, int]] = Counter()
         """(node, minute) -> bytes sent and received."""
         self.leaf_bytes_by_message: Counter[str] = Counter()
@@ -103,6 +105,8 @@ class Recorder(Observer):
                     self.leaf_bytes_by_message[f"{way} {message.get('t')}"] += size
         if message.get("t") in ("push", "sample"):
             self.received[receiver.index, minute] += len(message["items"])
+            if message["t"] == "push":
+                self.pushed[receiver.index, minute] += len(message["items"])
 
     def dialing(self, node: SimNode, target: SimNode | None) -> None:
         if node.role == "honest" and target is not None and not target.reachable:

@@ -72,6 +72,8 @@ def cost_figures(run: Run) -> dict[str, Any]:
         "leaf_rollouts_per_min_max": _round(max(leaf_rollouts, default=None), 1),
         "leaf_rollouts_per_min_median": _round(statistics.median(leaf_rollouts) if leaf_rollouts else None, 1),
         "leaf_rollouts_peak_minute_max": max(peaks, default=None),
+        "leaf_pushed_peak_minute_max": max((rec.peak_minute(rec.pushed, n, window.start, window.end) for n in leaves),
+                                           default=None),
         "reachable_rollouts_per_min_mean": _round(statistics.fmean(hub_rollouts) if hub_rollouts else None, 1),
         "reachable_rollouts_per_min_max": _round(max(hub_rollouts, default=None), 1),
         "rollouts_per_min_mean": _round(statistics.fmean(leaf_rollouts + hub_rollouts) if receivers else None, 1),
