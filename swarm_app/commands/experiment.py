@@ -1,4 +1,4 @@
-"""`swarm experiment`: the SAPO paper's local/external table on this machine, resumable cell by cell.
+"""`swarm experiment`: the SAPO paper's local/external table on this machine, resumable.
 
 Owns the flags, their one-line checks and the progress lines; swarm_app/experiment/ does the work. On a
 terminal the progress of the cell under way is one line redrawn in place; with --no-ui (or without a
@@ -28,7 +28,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "node seeds; nodes with J > 0 swap rollouts over 127.0.0.1 as swarm run nodes do, I/0 nodes train offline), "
         "then writes results.json, "
         "table.md and three PNGs to --out. Each (config, seed) cell is kept when it finishes: run the same command "
-        "again to continue a stopped experiment. All nodes run in this process, each on its own engine thread with "
+        "again to continue a stopped experiment (a cell cut short goes on from its nodes' checkpoints, every 5 "
+        "rounds). All nodes run in this process, each on its own engine thread with "
         "--threads threads (default: the physical cores shared out among the nodes, at least 1).")
     parser.add_argument("--nodes", default="4", metavar="N", help="nodes per config (default 4)")
     parser.add_argument("--configs", metavar="I/J,...", help="own questions I / peers' groups J per round, I + J the "
@@ -114,7 +115,9 @@ class ProgressView:
         elif isinstance(event, runner.CellStarted):
             self.prefix = f"cell {event.index}/{event.total}  {event.label}"
             self.last_progress = 0.0  # a cell's first progress line always shows
-            self._line(f"{self.prefix}: loading the nodes")
+            resumed = (f" (going on from the last checkpoints: rounds {', '.join(map(str, event.resumed))} done)"
+                       if event.resumed else "")
+            self._line(f"{self.prefix}: loading the nodes{resumed}")
         elif isinstance(event, runner.CellFinished):
             self._line(format_finished(event))
 

@@ -7,6 +7,13 @@ demo` runs them; with J = 0 a node has no use for peers and trains offline, so t
 no networking. Models load one at a time (transformers' lazy imports are not thread-safe), then every node
 starts its first round together.
 
+Resuming: a cell killed part way continues where its nodes' last checkpoints are (each node a resumed
+Session), from what the cell kept as it went: every node's per-round CPU time, per-task evaluations and
+engine total in `node-i/experiment_node.json`, rewritten after each of its rounds, and the cell's time
+in `segments.json`, one entry per run of the cell. CPU spent on a round that a kill cut short is not
+counted: that round runs again. A folder without those files (or a finished node whose last figures
+were not written) cannot resume: `resumable` says so and the cell starts again from nothing.
+
 Threads: every node runs its engine on its own engine thread (Session.on_engine) with model.threads as
 the plan says (1 when there are at least as many nodes as cores), so N nodes keep N threads busy and no
 OpenMP team spins beside another. CPU time per node is read inside its engine thread (time.thread_time,
@@ -19,6 +26,7 @@ must not print, decide which cells to run, or write outside the cell's run folde
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import time
@@ -28,11 +36,13 @@ from typing import Any, Callable
 
 from backends.base import Sampling
 from swarm_app.experiment.plan import Cell, Plan, cell_settings
-from swarm_app.kernel.errors import SwarmError
+from swarm_app.kernel.errors import CheckpointError, SwarmError
 from swarm_app.kernel.events import EvaluationFinished, Event, RoundFinished
+from swarm_app.kernel.files import write_text_atomic
 from swarm_app.kernel.settings import Settings
 from swarm_app.session.local_swarm import node_settings
 from swarm_app.session.session import Session
+from swarm_app.training.checkpoint import Checkpoints
 from swarm_app.training.evaluation import sampled_reward
 from swarm_app.training.metrics_log import MetricsLog
 
@@ -41,13 +51,18 @@ log = logging.getLogger(__name__)
 SAMPLED_SEED = 0
 """The held-out sampled reward draws with one fixed seed: the start and the end score the same draw."""
 
+NODE_FILE = "experiment_node.json"
+"""In each node's run folder: what the cell needs of that node beyond metrics.jsonl (see the module docstring)."""
+SEGMENTS_FILE = "segments.json"
+"""In the cell's folder: the wall and process CPU time of each run of the cell."""
+
 
 class CellInterrupted(Exception):
-    """A stop signal ended the cell before its last round: nothing of it is kept."""
+    """A stop signal ended the cell before its last round: the next run goes on from its checkpoints."""
 
 
 class CellFailed(SwarmError):
-    """A node of the cell failed: nothing of it is kept; the line names the node and why."""
+    """A node of the cell failed: the cell is not finished; the line names the node and why."""
 
 
 class EngineClock:
@@ -61,6 +76,10 @@ class EngineClock:
     def __init__(self) -> None:
         self.rounds: dict[int, float] = {}
         self.evals: dict[int, float] = {}
+        self.before = 0.0
+        """The engine CPU seconds of earlier runs of a resumed cell."""
+        self.spent = 0.0
+        """All engine CPU seconds so far (`before` and this thread's), as of the last timed call's end."""
 
     def attach(self, trainer) -> None:
         run_round, evaluate = trainer.run_round, trainer.evaluate
@@ -73,13 +92,14 @@ class EngineClock:
 
         trainer.run_round, trainer.evaluate = timed_round, timed_evaluate
 
-    @staticmethod
-    def _timed(into: dict[int, float], key: int, call: Callable, *args):
+    def _timed(self, into: dict[int, float], key: int, call: Callable, *args):
         started = time.thread_time()
         try:
             return call(*args)
         finally:
-            into[key] = into.get(key, 0.0) + time.thread_time() - started
+            ended = time.thread_time()
+            into[key] = into.get(key, 0.0) + ended - started
+            self.spent = self.before + ended
 
 
 @dataclass
@@ -98,6 +118,77 @@ class NodeRecord:
     def on_event(self, event: Event) -> None:
         if isinstance(event, EvaluationFinished):
             self.per_task[event.round] = dict(event.per_task)
+
+    @property
+    def finished(self) -> bool:
+        return self.sampled is not None or bool(self.engine_cpu_s)
+
+    def kept(self) -> dict[str, Any]:
+        """What `node-i/experiment_node.json` holds (copies: the engine thread adds to the clock meanwhile)."""
+        return {"engine": self.engine, "rounds": dict(self.clock.rounds), "evals": dict(self.clock.evals),
+                "engine_cpu_s": self.engine_cpu_s or self.clock.spent, "finished": self.finished,
+                "per_task": dict(self.per_task), "sampled": self.sampled, "peer": self.peer}
+
+    def restore(self, kept: dict[str, Any], last_round: int | None) -> None:
+        """Take back what an earlier run of the cell kept, up to `last_round` (where the node's checkpoint
+        resumes it; None: the node had finished). A round after it runs again: its CPU time comes off."""
+        def upto(figures: dict[str, Any]) -> dict[int, Any]:
+            return {int(t): v for t, v in figures.items() if last_round is None or int(t) <= last_round}
+
+        self.engine = kept.get("engine") or self.engine
+        self.clock.rounds, self.clock.evals = upto(kept["rounds"]), upto(kept["evals"])
+        redone = sum(v for t, v in kept["rounds"].items() if int(t) not in self.clock.rounds)
+        self.clock.before = self.clock.spent = max(float(kept["engine_cpu_s"]) - redone, 0.0)
+        self.per_task = upto(kept["per_task"])
+        if last_round is None:
+            self.sampled, self.engine_cpu_s, self.peer = kept["sampled"], float(kept["engine_cpu_s"]), kept["peer"]
+
+
+def read_kept(folder: Path) -> dict[str, Any] | None:
+    """A node's `experiment_node.json`, or None where there is none or it does not read (it is then made again)."""
+    try:
+        kept = json.loads((folder / NODE_FILE).read_text(encoding="utf-8"))
+        return kept if isinstance(kept, dict) and {"rounds", "evals", "engine_cpu_s", "per_task"} <= kept.keys() else None
+    except (OSError, ValueError):
+        return None
+
+
+def resumable(folder: Path, nodes: int, rounds: int) -> bool:
+    """Whether a cell's folder left by a killed run can go on: the cell's time was kept, every node that
+    wrote anything kept its figures, and one whose checkpoint reached the last round kept its last ones
+    (its session would only say that it finished, with no model loaded to score). Otherwise the cell starts
+    again from nothing."""
+    if not folder.is_dir() or read_segments(folder) is None:
+        return False
+    for i in range(nodes):
+        node = folder / f"node-{i}"
+        if not node.exists():
+            continue
+        kept = read_kept(node)
+        done = _last_checkpoint(node)
+        if (kept is None and done > 0) or (kept is not None and not kept.get("finished") and done >= rounds):
+            return False
+    return True
+
+
+def rounds_done(folder: Path, nodes: int) -> list[int]:
+    """Each node's last checkpointed round in a cell's folder (0 where it has none)."""
+    return [_last_checkpoint(folder / f"node-{i}") for i in range(nodes)]
+
+
+def _last_checkpoint(node: Path) -> int:
+    try:
+        return Checkpoints(node).load_latest()[0].round
+    except (CheckpointError, OSError, ValueError):
+        return 0
+
+
+def read_segments(folder: Path) -> list[dict[str, Any]] | None:
+    try:
+        segments = json.loads((folder / SEGMENTS_FILE).read_text(encoding="utf-8"))
+        return segments if isinstance(segments, list) else None
+    except (OSError, ValueError):
+        return None
 
 
 class StartGate:
@@ -134,6 +225,8 @@ class CellRun:
         self.opening = asyncio.Lock()
         self.stopped = False
         self.times: dict[str, Any] = {}
+        self.earlier = read_segments(folder) or []
+        """The earlier runs of this cell (a resumed cell), each {"wall_s", "load_s", "train_wall_s", ...}."""
 
     def stop(self) -> None:
         self.stopped = True
@@ -153,12 +246,17 @@ class CellRun:
 
     async def run_node(self, index: int, exchange) -> None:
         record = self.records[index]
-        session = Session(node_settings(self.base, index, self.folder), exchange=exchange, fresh=True,
+        kept = read_kept(self.folder / f"node-{index}")
+        if kept is not None and kept.get("finished"):
+            record.restore(kept, None)  # it finished in an earlier run of the cell
+            self.gate.arrive()
+            return
+        session = Session(node_settings(self.base, index, self.folder), exchange=exchange,
                           on_event=lambda event: self._on_event(record, event),
                           final_evaluation=self.plan.rounds not in self.plan.scheduled_evaluations())
         self.sessions.append(session)
         try:
-            await self._open(session, record)
+            await self._open(session, record, kept)
             if not self.stopped:
                 await session.run()
             if not session.stopping and not self.stopped:
@@ -170,9 +268,11 @@ class CellRun:
         finally:
             if exchange is not None:
                 record.peer = _peer_figures(exchange.stats())
+            if record.finished and not record.error:
+                self._keep(record)
             session.close()
 
-    async def _open(self, session: Session, record: NodeRecord) -> None:
+    async def _open(self, session: Session, record: NodeRecord, kept: dict[str, Any] | None) -> None:
         try:
             async with self.opening:
                 if not self.stopped:
@@ -180,6 +280,8 @@ class CellRun:
             if session.trainer is not None:
                 record.engine = session.backend_name
                 record.clock.attach(session.trainer)
+                if kept is not None:
+                    record.restore(kept, session.next_round - 1)
         finally:
             self.gate.arrive()
         await self.gate.wait()
@@ -188,7 +290,22 @@ class CellRun:
     def _on_event(self, record: NodeRecord, event: Event) -> None:
         record.on_event(event)
         if isinstance(event, RoundFinished):
+            self._keep(record)
             self.on_round(record.node, event.metrics.round)
+
+    def _keep(self, record: NodeRecord) -> None:
+        """Write what a resumed cell needs of this node, and the cell's time so far."""
+        write_text_atomic(self.folder / f"node-{record.node}" / NODE_FILE, json.dumps(record.kept()))
+        write_text_atomic(self.folder / SEGMENTS_FILE, json.dumps([*self.earlier, self._segment()]))
+
+    def _segment(self) -> dict[str, Any]:
+        """This run of the cell so far."""
+        now = time.monotonic()
+        t_start = self.times.get("t_start", now)
+        return {"started_at": self.times["started_at"], "wall_s": round(now - self.times["t0"], 3),
+                "load_s": round(t_start - self.times["t0"], 3), "train_wall_s": round(now - t_start, 3),
+                "process_cpu_s": round(time.process_time() - self.times["process_cpu_start"], 3),
+                "load_average_start": self.times["load_average_start"]}
 
     async def _finish(self, session: Session, record: NodeRecord) -> None:
         """The sampled held-out reward and the engine thread's CPU time, once the node's run (with its final
@@ -200,16 +317,16 @@ class CellRun:
             result, cpu_s = await session.on_engine(_timed_sampled, trainer.backend, trainer.plan.eval_refs, sampling,
                                                     self.plan.eval_samples)
             record.sampled = {**result.to_dict(), "cpu_s": cpu_s, "seconds": round(time.monotonic() - started, 3)}
-        record.engine_cpu_s = await session.on_engine(time.thread_time)
+        record.engine_cpu_s = record.clock.before + await session.on_engine(time.thread_time)
 
     def result(self) -> dict[str, Any]:
         failed = [r for r in self.records if r.error]
         if failed:
-            raise CellFailed(f"cell {self.cell.label}: node {failed[0].node} failed ({failed[0].error}); nothing of "
-                             "this cell was kept: run the same command to try it again")
+            raise CellFailed(f"cell {self.cell.label}: node {failed[0].node} failed ({failed[0].error}); run the "
+                             "same command to go on from the nodes' last checkpoints")
         if self.stopped or any(s.stopping for s in self.sessions):
             raise CellInterrupted(self.cell.label)
-        return cell_record(self.cell, self.plan, self.records, self.folder, self.times)
+        return cell_record(self.cell, self.plan, self.records, self.folder, [*self.earlier, self._segment()])
 
 
 def _timed_sampled(backend, refs, sampling: Sampling, samples: int) -> tuple[Any, float]:
@@ -218,20 +335,24 @@ def _timed_sampled(backend, refs, sampling: Sampling, samples: int) -> tuple[Any
     return result, round(time.thread_time() - started, 3)
 
 
-def cell_record(cell: Cell, plan: Plan, records: list[NodeRecord], folder: Path, times: dict[str, Any]) -> dict[str, Any]:
-    """What the cell file keeps: the cell, its timing and load, and every node's rows and evaluations."""
-    ended = time.monotonic()
+def cell_record(cell: Cell, plan: Plan, records: list[NodeRecord], folder: Path,
+                segments: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the cell file keeps: the cell, its timing and load (summed over the runs of the cell, in
+    `segments`), and every node's rows and evaluations."""
     nodes = [node_record(r, MetricsLog(folder / f"node-{r.node}" / "metrics.jsonl")) for r in records]
+
+    def total(key: str) -> float:
+        return round(sum(segment[key] for segment in segments), 3)
+
     return {
         "cell": {"key": cell.key, "config": cell.config.name, "local": cell.config.local,
                  "external": cell.config.external, "seed": cell.seed,
                  "node_seeds": [cell.node_seed(i) for i in range(plan.nodes)]},
-        "engine": records[0].engine, "threads": plan.threads, "started_at": times["started_at"],
-        "wall_s": round(ended - times["t0"], 3),
-        "load_s": round(times.get("t_start", ended) - times["t0"], 3),
-        "train_wall_s": round(ended - times.get("t_start", ended), 3),
-        "process_cpu_s": round(time.process_time() - times["process_cpu_start"], 3),
-        "load_average": {"start": times["load_average_start"], "end": _load_average()},
+        "engine": next((r.engine for r in records if r.engine), ""), "threads": plan.threads,
+        "started_at": segments[0]["started_at"], "runs": len(segments),
+        "wall_s": total("wall_s"), "load_s": total("load_s"), "train_wall_s": total("train_wall_s"),
+        "process_cpu_s": total("process_cpu_s"),
+        "load_average": {"start": segments[0]["load_average_start"], "end": _load_average()},
         "run_folders": str(folder),
         "nodes": nodes,
     }

@@ -22,6 +22,9 @@ MAX_NODES = 64
 MAX_SEEDS = 100
 MAX_GROUPS = 256
 """The bound of train.local and train.external."""
+CHECKPOINT_EVERY = 5
+"""Rounds between a cell's node checkpoints: a cell killed part way goes on from them, losing fewer than 5 rounds
+(and a node stopped by a signal saves as it stops)."""
 COMPARED = ("model", "lora", "train", "tasks")
 """The settings sections that change what a node learns (not how the machine runs it, nor the network)."""
 NOT_COMPARED = {"model": ("threads",), "train": ("local", "external", "rounds", "seed", "eval_every", "eval_n",
@@ -158,7 +161,7 @@ def cell_settings(base: Settings, plan: Plan, cell: Cell) -> Settings:
     settings = copy.deepcopy(base)
     values = {"train.local": cell.config.local, "train.external": cell.config.external, "train.rounds": plan.rounds,
               "train.seed": cell.node_seed(0), "train.eval_every": plan.eval_every, "train.eval_n": plan.eval_n,
-              "train.checkpoint_every": plan.rounds, "model.threads": plan.threads}
+              "train.checkpoint_every": min(CHECKPOINT_EVERY, plan.rounds), "model.threads": plan.threads}
     for key, value in values.items():
         section, name = key.split(".")
         set_value(settings, section, name, value, source="swarm experiment")

@@ -1,9 +1,10 @@
 """The whole experiment: the plan from the user's inputs, the base model's scores, every missing cell in
 turn, and the outputs rewritten after each cell; progress as plain events for the command to show.
 
-Resuming is by cell: a cell whose file exists in the folder is kept as it is, any other runs from
-nothing. A stop signal ends the cell under way (nothing of it is kept) and the run returns with
-`interrupted`; a failed node ends the run with its one-line CellFailed. Must not print (the command
+Resuming: a cell whose file exists in the folder is kept as it is; a cell a stop, a failure or a kill cut
+short goes on from its nodes' last checkpoints where its folder allows (cell.resumable), else runs from
+nothing. A stop signal ends the cell under way and the run returns with `interrupted`; a failed node ends
+the run with its one-line CellFailed. Must not print (the command
 does) nor compute metrics (summary.py).
 """
 
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from swarm_app.experiment import plots
-from swarm_app.experiment.cell import CellInterrupted, CellRun
+from swarm_app.experiment.cell import CellInterrupted, CellRun, resumable, rounds_done
 from swarm_app.experiment.plan import (
     Cell,
     Plan,
@@ -80,6 +81,8 @@ class CellStarted:
     index: int
     total: int
     label: str
+    resumed: tuple[int, ...] = ()
+    """Each node's rounds done in earlier runs of the cell (empty: a cell starting from nothing)."""
 
 
 @dataclass(frozen=True)
@@ -202,9 +205,14 @@ class _Experiment:
 
     async def _run_cell(self, cell: Cell, index: int, after: int) -> dict[str, Any]:
         total = len(self.plan.cells())
-        self.report(CellStarted(index, total, cell.label))
-        tracker = _Pace(self, cell, after)
-        self.current = CellRun(self.settings, self.plan, cell, self.store.scratch(cell), tracker.on_round)
+        folder = self.store.cell_folder(cell)
+        if resumable(folder, self.plan.nodes, self.plan.rounds):
+            done = rounds_done(folder, self.plan.nodes)
+        else:
+            folder, done = self.store.scratch(cell), []
+        self.report(CellStarted(index, total, cell.label, tuple(done) if any(done) else ()))
+        tracker = _Pace(self, cell, after, min(done, default=0))
+        self.current = CellRun(self.settings, self.plan, cell, folder, tracker.on_round)
         try:
             await self.current.run()
             return self.current.result()
@@ -246,10 +254,10 @@ class _Experiment:
 class _Pace:
     """A cell's progress: the rounds every node has finished, and the time left at the pace seen so far."""
 
-    def __init__(self, experiment: _Experiment, cell: Cell, cells_after: int) -> None:
+    def __init__(self, experiment: _Experiment, cell: Cell, cells_after: int, resumed_at: int = 0) -> None:
         self.experiment, self.cell, self.cells_after = experiment, cell, cells_after
-        self.done = [0] * experiment.plan.nodes
-        self.reported = 0
+        self.done = [resumed_at] * experiment.plan.nodes
+        self.reported = self.resumed_at = resumed_at
         self.started = time.monotonic()
 
     def on_round(self, node: int, t: int) -> None:
@@ -259,7 +267,7 @@ class _Pace:
             return
         self.reported = low
         elapsed = time.monotonic() - self.started
-        eta = elapsed / low * (rounds - low)
+        eta = elapsed / (low - self.resumed_at) * (rounds - low)
         walls = self.experiment.cell_walls
         per_cell = sum(walls) / len(walls) if walls else elapsed + eta
         self.experiment.report(CellProgress(self.cell.label, low, rounds, elapsed, eta, eta + per_cell * self.cells_after))

@@ -4,12 +4,14 @@
     base.json             the base model's held-out scores (the start of every curve)
     cells/<cell>.json     one finished (config, seed) cell: every node's rows, evaluations, CPU time
     runs/<cell>/node-i/   the nodes' run folders (metrics.jsonl, the last checkpoint); a cell that did not
-                          finish is started again from nothing, its old run folders removed first
+                          finish goes on from them where it can (cell.resumable), else is started again
+                          from nothing, its old run folders removed first
     results.json, table.md, *.png   written from the cells after each cell (summary.py, plots.py)
     summary.json          the headline: the best sharing config against I/0 and the goal (summary.headline)
 
-Every file is written atomically (kernel/files.py), a cell only once it finished, so a killed experiment
-leaves only whole cells. One experiment per folder: an OS lock on DIR/node.lock (kernel/runlock.py).
+Every file is written atomically (kernel/files.py), a cell file only once the cell finished, so a killed
+experiment leaves whole cell files and the run folders of at most one cell under way. One experiment per
+folder: an OS lock on DIR/node.lock (kernel/runlock.py).
 Must not decide what to run (runner.py) nor compute any metric.
 """
 
@@ -69,6 +71,10 @@ class ExperimentDir:
 
     def write_cell(self, cell: Cell, data: dict[str, Any]) -> None:
         write_json(self.cell_file(cell), data)
+
+    def cell_folder(self, cell: Cell) -> Path:
+        """The cell's run folders' folder, as an earlier run left it (it may not exist)."""
+        return self.runs_dir / cell.key
 
     def scratch(self, cell: Cell) -> Path:
         """An empty folder for the cell's run folders (what a killed run left there is removed)."""

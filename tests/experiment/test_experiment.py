@@ -169,3 +169,61 @@ def test_the_bundled_model_killed_after_its_first_cell_finishes_only_the_missing
     assert all(node["peer"]["accepted"] > 0 for node in shared)
     table = (out / "table.md").read_text()
     assert "| 8/0 | 1 |" in table and "| 4/4 | 1 |" in table
+
+
+SLOW_FAKE_ROUNDS = '''\
+"""Test-only: the fake engine's sampled generation takes 0.3 s a call, so a cell can be killed part way."""
+import time
+from backends.fake import FakeBackend
+_generate = FakeBackend.generate
+def _slow(self, prompts, n, sampling, progress=None):
+    if sampling.temperature > 0:
+        time.sleep(0.3)
+    return _generate(self, prompts, n, sampling, progress)
+FakeBackend.generate = _slow
+'''
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
+def test_a_cell_killed_part_way_goes_on_from_its_nodes_checkpoints(stub_model, tmp_path):
+    from swarm_app.training.checkpoint import Checkpoints
+
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(SLOW_FAKE_ROUNDS)
+    out = tmp_path / "exp"
+    command = [sys.executable, "-m", "swarm_app", "experiment", "--nodes", "2", "--configs", "8/0,4/4", "--seeds", "1",
+               "--rounds", "8", "--eval-every", "4", "--eval-n", "8", "--no-ui", "--backend", "fake",
+               "--model", str(stub_model), "--out", str(out)]
+    env = {**os.environ, "PYTHONPATH": str(hook), "SWARM_HOME": str(tmp_path / "home")}
+    first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    nodes = [Checkpoints(out / "runs" / "4-4-seed0" / f"node-{i}") for i in range(2)]
+
+    def checkpointed() -> list[int]:
+        return [c.load_latest()[0].round if c.latest_file.exists() else 0 for c in nodes]
+
+    deadline = time.monotonic() + 120
+    while min(checkpointed()) < 5 and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    first.kill()  # SIGKILL, part way through the sharing cell
+    _, err = first.communicate(timeout=60)
+    at_kill = checkpointed()
+    assert 5 <= min(at_kill) and max(at_kill) < 8, (at_kill, err)
+    rows_before = [{r["round"]: r["time"] for r in map(json.loads, (out / "runs" / "4-4-seed0" / f"node-{i}" /
+                                                                   "metrics.jsonl").read_text().splitlines())
+                    if "type" not in r} for i in range(2)]
+
+    second = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    assert second.returncode == 0, second.stderr
+    assert "1 of 2 cells already done" in second.stdout
+    assert f"going on from the last checkpoints: rounds {at_kill[0]}, {at_kill[1]} done" in second.stdout
+    cell = json.loads((out / "cells" / "4-4-seed0.json").read_text())
+    assert cell["runs"] == 2 and cell["wall_s"] > 0
+    for i, node in enumerate(cell["nodes"]):
+        assert [row["round"] for row in node["rows"]] == list(range(1, 9))
+        assert all(row["cpu_s"] is not None for row in node["rows"]), node["rows"]
+        kept = [row for row in node["rows"] if row["round"] <= at_kill[i]]
+        assert all(row["time"] == rows_before[i][row["round"]] for row in kept)  # not run again
+        assert [p["round"] for p in node["heldout"]] == [4, 8] and all(p["per_task"] for p in node["heldout"])
+        assert node["engine_cpu_s"] >= sum(row["cpu_s"] for row in node["rows"]) - 1e-3
+    assert (out / "summary.json").exists()
