@@ -13,6 +13,7 @@ import pytest
 from swarm_app.cli import main
 from swarm_app.experiment.plan import Config, Plan, default_configs, parse_configs
 from swarm_app.experiment.summary import summarize
+from tests.slow_fake import slow_fake_engine
 
 SMALL = ["--nodes", "2", "--configs", "8/0,4/4", "--seeds", "1", "--rounds", "3", "--eval-every", "3", "--eval-n", "8",
          "--no-ui"]
@@ -171,31 +172,16 @@ def test_the_bundled_model_killed_after_its_first_cell_finishes_only_the_missing
     assert "| 8/0 | 1 |" in table and "| 4/4 | 1 |" in table
 
 
-SLOW_FAKE_ROUNDS = '''\
-"""Test-only: the fake engine's sampled generation takes 0.3 s a call, so a cell can be killed part way."""
-import time
-from backends.fake import FakeBackend
-_generate = FakeBackend.generate
-def _slow(self, prompts, n, sampling, progress=None):
-    if sampling.temperature > 0:
-        time.sleep(0.3)
-    return _generate(self, prompts, n, sampling, progress)
-FakeBackend.generate = _slow
-'''
-
-
 @pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
 def test_a_cell_killed_part_way_goes_on_from_its_nodes_checkpoints(stub_model, tmp_path):
     from swarm_app.training.checkpoint import Checkpoints
 
-    hook = tmp_path / "hook"
-    hook.mkdir()
-    (hook / "sitecustomize.py").write_text(SLOW_FAKE_ROUNDS)
     out = tmp_path / "exp"
     command = [sys.executable, "-m", "swarm_app", "experiment", "--nodes", "2", "--configs", "8/0,4/4", "--seeds", "1",
                "--rounds", "8", "--eval-every", "4", "--eval-n", "8", "--no-ui", "--backend", "fake",
                "--model", str(stub_model), "--out", str(out)]
-    env = {**os.environ, "PYTHONPATH": str(hook), "SWARM_HOME": str(tmp_path / "home")}
+    slowed = slow_fake_engine(tmp_path / "hook", sampled_s=0.01)  # a round of 4 questions x 8 answers: 0.3 s
+    env = {**os.environ, **slowed, "SWARM_HOME": str(tmp_path / "home")}
     first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     nodes = [Checkpoints(out / "runs" / "4-4-seed0" / f"node-{i}") for i in range(2)]
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from swarm_app.training.checkpoint import Checkpoints
+from tests.slow_fake import slow_fake_engine
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None or sys.platform == "win32", reason="needs tmux")
 
@@ -150,29 +151,14 @@ def test_a_damaged_model_in_the_tui_is_one_line_and_exit_2(tmp_path, env):
     assert "Traceback" in (tmp_path / "home" / "log" / "swarm.log").read_text()
 
 
-SLOW_GREEDY_FAKE = '''\
-"""Test-only: the fake engine answers greedy prompts (the evaluations) at 5 ms each, so one can be seen."""
-import time
-from backends.fake import FakeBackend
-_complete = FakeBackend._complete
-def _slow(self, prompt, index, sampling):
-    if sampling.temperature == 0:
-        time.sleep(0.005)
-    return _complete(self, prompt, index, sampling)
-FakeBackend._complete = _slow
-'''
-
-
 @pytest.mark.timeout(300)
 def test_q_during_the_demos_final_evaluation_keeps_the_summary(tmp_path, env, stub_model):
     """Issue 29: `q` after "finished" printed a summary without rows while the final evaluations ran unseen."""
-    hook = tmp_path / "hook"
-    hook.mkdir()
-    (hook / "sitecustomize.py").write_text(SLOW_GREEDY_FAKE)  # the fake engine alone evaluates 2000 in 0.1 s
+    slowed = slow_fake_engine(tmp_path / "hook", greedy_s=0.005)  # alone, it evaluates 2000 items in 0.1 s
     swarm = shutil.which("swarm") or f"{sys.executable} -m swarm_app"
     command = (f"{swarm} demo --nodes 2 --rounds 2 --backend fake --model {stub_model} --out {tmp_path}/demo"
                f"; echo EXIT=$? > {tmp_path}/exit")
-    term = Terminal(command, {**env, "SWARM_TRAIN_EVAL_N": "2000", "PYTHONPATH": str(hook)}, size=(120, 30))
+    term = Terminal(command, {**env, "SWARM_TRAIN_EVAL_N": "2000", **slowed}, size=(120, 30))
     try:
         term.wait_for(lambda t: re.search(r"final evaluation \d+/2000", t) is not None, 180)
         term.keys("q")
