@@ -12,7 +12,7 @@ Session), from what the cell kept as it went: every node's per-round CPU time, p
 engine total in `node-i/experiment_node.json`, rewritten after each of its rounds, and the cell's time
 in `segments.json`, one entry per run of the cell. CPU spent on a round that a kill cut short is not
 counted: that round runs again. A folder without those files (or a finished node whose last figures
-were not written) cannot resume: `resumable` says so and the cell starts again from nothing.
+were not written) cannot resume: `resume_point` says so and the cell starts again from nothing.
 
 Threads: every node runs its engine on its own engine thread (Session.on_engine) with model.threads as
 the plan says (1 when there are at least as many nodes as cores), so N nodes keep N threads busy and no
@@ -26,7 +26,6 @@ must not print, decide which cells to run, or write outside the cell's run folde
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import time
@@ -36,9 +35,9 @@ from typing import Any, Callable
 
 from backends.base import Sampling
 from swarm_app.experiment.plan import Cell, Plan, cell_settings
+from swarm_app.experiment.store import read_json, write_json
 from swarm_app.kernel.errors import CheckpointError, SwarmError
 from swarm_app.kernel.events import EvaluationFinished, Event, RoundFinished
-from swarm_app.kernel.files import write_text_atomic
 from swarm_app.kernel.settings import Settings
 from swarm_app.session.local_swarm import node_settings
 from swarm_app.session.session import Session
@@ -145,35 +144,26 @@ class NodeRecord:
 
 
 def read_kept(folder: Path) -> dict[str, Any] | None:
-    """A node's `experiment_node.json`, or None where there is none or it does not read (it is then made again)."""
-    try:
-        kept = json.loads((folder / NODE_FILE).read_text(encoding="utf-8"))
-        return kept if isinstance(kept, dict) and {"rounds", "evals", "engine_cpu_s", "per_task"} <= kept.keys() else None
-    except (OSError, ValueError):
+    """A node's `experiment_node.json`, or None where there is none or it is not one."""
+    kept = read_json(folder / NODE_FILE)
+    return kept if isinstance(kept, dict) and {"rounds", "evals", "engine_cpu_s", "per_task"} <= kept.keys() else None
+
+
+def resume_point(folder: Path, nodes: int, rounds: int) -> list[int] | None:
+    """Each node's last checkpointed round in a cell's folder left by a killed run, or None where the cell
+    cannot go on and starts again from nothing: its time was not kept, a node with a checkpoint did not keep
+    its figures, or one whose checkpoint reached the last round did not keep its last ones (its session
+    would only say that it finished, with no model loaded to score)."""
+    if not folder.is_dir() or not isinstance(read_json(folder / SEGMENTS_FILE), list):
         return None
-
-
-def resumable(folder: Path, nodes: int, rounds: int) -> bool:
-    """Whether a cell's folder left by a killed run can go on: the cell's time was kept, every node that
-    wrote anything kept its figures, and one whose checkpoint reached the last round kept its last ones
-    (its session would only say that it finished, with no model loaded to score). Otherwise the cell starts
-    again from nothing."""
-    if not folder.is_dir() or read_segments(folder) is None:
-        return False
+    done = []
     for i in range(nodes):
         node = folder / f"node-{i}"
-        if not node.exists():
-            continue
-        kept = read_kept(node)
-        done = _last_checkpoint(node)
-        if (kept is None and done > 0) or (kept is not None and not kept.get("finished") and done >= rounds):
-            return False
-    return True
-
-
-def rounds_done(folder: Path, nodes: int) -> list[int]:
-    """Each node's last checkpointed round in a cell's folder (0 where it has none)."""
-    return [_last_checkpoint(folder / f"node-{i}") for i in range(nodes)]
+        kept, last = read_kept(node), _last_checkpoint(node)
+        if (kept is None and last > 0) or (kept is not None and not kept.get("finished") and last >= rounds):
+            return None
+        done.append(last)
+    return done
 
 
 def _last_checkpoint(node: Path) -> int:
@@ -181,14 +171,6 @@ def _last_checkpoint(node: Path) -> int:
         return Checkpoints(node).load_latest()[0].round
     except (CheckpointError, OSError, ValueError):
         return 0
-
-
-def read_segments(folder: Path) -> list[dict[str, Any]] | None:
-    try:
-        segments = json.loads((folder / SEGMENTS_FILE).read_text(encoding="utf-8"))
-        return segments if isinstance(segments, list) else None
-    except (OSError, ValueError):
-        return None
 
 
 class StartGate:
@@ -225,7 +207,8 @@ class CellRun:
         self.opening = asyncio.Lock()
         self.stopped = False
         self.times: dict[str, Any] = {}
-        self.earlier = read_segments(folder) or []
+        earlier = read_json(folder / SEGMENTS_FILE)
+        self.earlier = earlier if isinstance(earlier, list) else []
         """The earlier runs of this cell (a resumed cell), each {"wall_s", "load_s", "train_wall_s", ...}."""
 
     def stop(self) -> None:
@@ -295,8 +278,8 @@ class CellRun:
 
     def _keep(self, record: NodeRecord) -> None:
         """Write what a resumed cell needs of this node, and the cell's time so far."""
-        write_text_atomic(self.folder / f"node-{record.node}" / NODE_FILE, json.dumps(record.kept()))
-        write_text_atomic(self.folder / SEGMENTS_FILE, json.dumps([*self.earlier, self._segment()]))
+        write_json(self.folder / f"node-{record.node}" / NODE_FILE, record.kept())
+        write_json(self.folder / SEGMENTS_FILE, [*self.earlier, self._segment()])
 
     def _segment(self) -> dict[str, Any]:
         """This run of the cell so far."""

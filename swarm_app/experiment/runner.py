@@ -2,10 +2,9 @@
 turn, and the outputs rewritten after each cell; progress as plain events for the command to show.
 
 Resuming: a cell whose file exists in the folder is kept as it is; a cell a stop, a failure or a kill cut
-short goes on from its nodes' last checkpoints where its folder allows (cell.resumable), else runs from
+short goes on from its nodes' last checkpoints where its folder allows (cell.resume_point), else runs from
 nothing. A stop signal ends the cell under way and the run returns with `interrupted`; a failed node ends
-the run with its one-line CellFailed. Must not print (the command
-does) nor compute metrics (summary.py).
+the run with its one-line CellFailed. Must not print (the command does) nor compute metrics (summary.py).
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from swarm_app.experiment import plots
-from swarm_app.experiment.cell import CellInterrupted, CellRun, resumable, rounds_done
+from swarm_app.experiment.cell import CellInterrupted, CellRun, resume_point
 from swarm_app.experiment.plan import (
     Cell,
     Plan,
@@ -206,9 +205,8 @@ class _Experiment:
     async def _run_cell(self, cell: Cell, index: int, after: int) -> dict[str, Any]:
         total = len(self.plan.cells())
         folder = self.store.cell_folder(cell)
-        if resumable(folder, self.plan.nodes, self.plan.rounds):
-            done = rounds_done(folder, self.plan.nodes)
-        else:
+        done = resume_point(folder, self.plan.nodes, self.plan.rounds)
+        if done is None:
             folder, done = self.store.scratch(cell), []
         self.report(CellStarted(index, total, cell.label, tuple(done) if any(done) else ()))
         tracker = _Pace(self, cell, after, min(done, default=0))

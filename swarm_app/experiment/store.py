@@ -4,7 +4,7 @@
     base.json             the base model's held-out scores (the start of every curve)
     cells/<cell>.json     one finished (config, seed) cell: every node's rows, evaluations, CPU time
     runs/<cell>/node-i/   the nodes' run folders (metrics.jsonl, the last checkpoint); a cell that did not
-                          finish goes on from them where it can (cell.resumable), else is started again
+                          finish goes on from them where it can (cell.resume_point), else is started again
                           from nothing, its old run folders removed first
     results.json, table.md, *.png   written from the cells after each cell (summary.py, plots.py)
     summary.json          the headline: the best sharing config against I/0 and the goal (summary.headline)
