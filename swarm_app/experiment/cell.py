@@ -11,8 +11,9 @@ Resuming: a cell killed part way continues where its nodes' last checkpoints are
 Session), from what the cell kept as it went: every node's per-round CPU time, per-task evaluations and
 engine total in `node-i/experiment_node.json`, rewritten after each of its rounds, and the cell's time
 in `segments.json`, one entry per run of the cell. CPU spent on a round that a kill cut short is not
-counted: that round runs again. A folder without those files (or a finished node whose last figures
-were not written) cannot resume: `resume_point` says so and the cell starts again from nothing.
+counted: that round runs again. A node killed after its last round, while it was being scored, loads its
+last checkpoint and is scored then. A folder without those files cannot resume: `resume_point` says so
+and the cell starts again from nothing.
 
 Threads: every node runs its engine on its own engine thread (Session.on_engine) with model.threads as
 the plan says (1 when there are at least as many nodes as cores), so N nodes keep N threads busy and no
@@ -149,18 +150,17 @@ def read_kept(folder: Path) -> dict[str, Any] | None:
     return kept if isinstance(kept, dict) and {"rounds", "evals", "engine_cpu_s", "per_task"} <= kept.keys() else None
 
 
-def resume_point(folder: Path, nodes: int, rounds: int) -> list[int] | None:
+def resume_point(folder: Path, nodes: int) -> list[int] | None:
     """Each node's last checkpointed round in a cell's folder left by a killed run, or None where the cell
-    cannot go on and starts again from nothing: its time was not kept, a node with a checkpoint did not keep
-    its figures, or one whose checkpoint reached the last round did not keep its last ones (its session
-    would only say that it finished, with no model loaded to score)."""
+    cannot go on and starts again from nothing: its time was not kept, or a node with a checkpoint did not
+    keep its figures. A node killed while scoring its last round goes on with that scoring."""
     if not folder.is_dir() or not isinstance(read_json(folder / SEGMENTS_FILE), list):
         return None
     done = []
     for i in range(nodes):
         node = folder / f"node-{i}"
-        kept, last = read_kept(node), _last_checkpoint(node)
-        if (kept is None and last > 0) or (kept is not None and not kept.get("finished") and last >= rounds):
+        last = _last_checkpoint(node)
+        if read_kept(node) is None and last > 0:
             return None
         done.append(last)
     return done
@@ -236,7 +236,8 @@ class CellRun:
             return
         session = Session(node_settings(self.base, index, self.folder), exchange=exchange,
                           on_event=lambda event: self._on_event(record, event),
-                          final_evaluation=self.plan.rounds not in self.plan.scheduled_evaluations())
+                          final_evaluation=self.plan.rounds not in self.plan.scheduled_evaluations(),
+                          open_finished=True)  # a node killed while scoring its last round scores it now
         self.sessions.append(session)
         try:
             await self._open(session, record, kept)

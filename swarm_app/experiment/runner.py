@@ -205,7 +205,7 @@ class _Experiment:
     async def _run_cell(self, cell: Cell, index: int, after: int) -> dict[str, Any]:
         total = len(self.plan.cells())
         folder = self.store.cell_folder(cell)
-        done = resume_point(folder, self.plan.nodes, self.plan.rounds)
+        done = resume_point(folder, self.plan.nodes)
         if done is None:
             folder, done = self.store.scratch(cell), []
         self.report(CellStarted(index, total, cell.label, tuple(done) if any(done) else ()))

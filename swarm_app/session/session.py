@@ -88,13 +88,16 @@ def _settle(loop: asyncio.AbstractEventLoop, future: asyncio.Future, exc: BaseEx
 class Session:
     def __init__(self, settings: Settings, *, exchange: RolloutExchange | None = None,
                  on_event: Callable[[Event], None] | None = None, hardware: Hardware | None = None,
-                 fresh: bool = False, baseline: bool = False, final_evaluation: bool = False) -> None:
+                 fresh: bool = False, baseline: bool = False, final_evaluation: bool = False,
+                 open_finished: bool = False) -> None:
         """`exchange`: a peer node made by the caller (the demo); it is shown in the views when it has
         `stats()`. Otherwise the session starts its own node when [peer] enabled says so. `baseline`:
         evaluate the untouched model before a new run's first round; `final_evaluation`: evaluate after
-        the last round of a run that finished (both held-out, both rows of metrics.jsonl)."""
+        the last round of a run that finished (both held-out, both rows of metrics.jsonl); `open_finished`:
+        load a run that already did all its rounds too (run() then runs none), so that the caller can still
+        score its model."""
         self.settings = settings
-        self.baseline, self.final_evaluation = baseline, final_evaluation
+        self.baseline, self.final_evaluation, self.open_finished = baseline, final_evaluation, open_finished
         self.baseline_result: EvalResult | None = None
         self.final_result: EvalResult | None = None
         self.exchange = exchange
@@ -206,7 +209,7 @@ class Session:
         self._lock = RunLock.acquire(self.run_dir) if self.run_dir.is_dir() else None
         self.peering.claim_listen(self.settings)
         self._lock = self._lock or RunLock.acquire(self.run_dir)
-        if self._already_finished():
+        if self._already_finished() and not self.open_finished:
             return
         backend = self._load_backend()
         self.guest.attach(backend.set_threads, backend.device().startswith("cpu"))

@@ -213,3 +213,51 @@ def test_a_cell_killed_part_way_goes_on_from_its_nodes_checkpoints(stub_model, t
         assert [p["round"] for p in node["heldout"]] == [4, 8] and all(p["per_task"] for p in node["heldout"])
         assert node["engine_cpu_s"] >= sum(row["cpu_s"] for row in node["rows"]) - 1e-3
     assert (out / "summary.json").exists()
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
+def test_a_node_killed_while_its_last_round_is_scored_is_scored_without_training_again(stub_model, tmp_path):
+    from swarm_app.kernel.errors import CheckpointError
+    from swarm_app.training.checkpoint import Checkpoints
+
+    out = tmp_path / "exp"
+    command = [sys.executable, "-m", "swarm_app", "experiment", "--nodes", "2", "--configs", "8/0", "--seeds", "1",
+               "--rounds", "5", "--eval-every", "5", "--eval-n", "8", "--no-ui", "--backend", "fake",
+               "--model", str(stub_model), "--out", str(out)]
+    # a round of 8 questions x 8 answers: 1.3 s; the sampled held-out reward after it (8 x 4 answers): 0.6 s
+    env = {**os.environ, **slow_fake_engine(tmp_path / "hook", sampled_s=0.02), "SWARM_HOME": str(tmp_path / "home")}
+    first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    folder = out / "runs" / "8-0-seed0"
+
+    def being_scored() -> bool:  # a node checkpointed its last round and is not finished
+        for node in folder.glob("node-*"):
+            last = Checkpoints(node).load_latest()[0].round if Checkpoints(node).latest_file.exists() else 0
+            if last == 5 and not json.loads((node / "experiment_node.json").read_text())["finished"]:
+                return True
+        return False
+
+    deadline = time.monotonic() + 120
+    while first.poll() is None and time.monotonic() < deadline:
+        try:
+            if being_scored():
+                break
+        except (ValueError, OSError, CheckpointError):
+            pass  # a file being replaced
+        time.sleep(0.02)
+    first.kill()  # SIGKILL: a node did all its rounds and its sampled held-out reward is under way
+    _, err = first.communicate(timeout=60)
+    assert not (out / "cells" / "8-0-seed0.json").exists(), err
+    times = [{r["round"]: r["time"] for r in map(json.loads, (folder / f"node-{i}" / "metrics.jsonl").read_text()
+                                                   .splitlines()) if "type" not in r} for i in range(2)]
+    assert 5 in times[0] or 5 in times[1]
+
+    second = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    assert second.returncode == 0, second.stderr
+    assert "going on from the last checkpoints" in second.stdout, second.stdout
+    cell = json.loads((out / "cells" / "8-0-seed0.json").read_text())
+    assert cell["runs"] == 2
+    for i, node in enumerate(cell["nodes"]):
+        assert [row["round"] for row in node["rows"]] == [1, 2, 3, 4, 5]
+        if 5 in times[i]:  # this node had done its last round: it was scored, not trained again
+            assert all(row["time"] == times[i][row["round"]] for row in node["rows"])
+        assert node["sampled_end"]["questions"] == 8 and node["heldout"][-1]["round"] == 5
