@@ -261,3 +261,17 @@ def test_a_node_killed_while_its_last_round_is_scored_is_scored_without_training
         if 5 in times[i]:  # this node had done its last round: it was scored, not trained again
             assert all(row["time"] == times[i][row["round"]] for row in node["rows"])
         assert node["sampled_end"]["questions"] == 8 and node["heldout"][-1]["round"] == 5
+
+
+def test_the_best_config_is_the_one_most_above_solo_for_the_same_cpu_time_not_the_one_with_the_most_points():
+    plan = Plan(2, (Config(8, 0), Config(6, 2), Config(2, 6)), 2, 2, 2, 8, 2, 1)
+    base = {"accuracy": 0.30, "per_task": {"a": 0.30}}
+    cells = [_costing(_cell("8/0", s, [0.40, 0.40]), 2.0) for s in (0, 1)]
+    # 6/2 costs what solo costs and ends 1 point above it; 2/6 costs half and ends 1 point below it, where
+    # the solo arm, read at half its CPU time, had 5 points
+    cells += [_costing(_cell("6/2", s, [0.41, 0.41]), 2.0) for s in (0, 1)]
+    cells += [_costing(_cell("2/6", s, [0.39, 0.39]), 1.0) for s in (0, 1)]
+    head = summarize(plan, base, cells)["headline"]
+    assert head["best_config"] == "2/6"
+    assert head["equal_compute"]["best_heldout_gain"] == pytest.approx(9.0)
+    assert head["equal_compute"]["solo_heldout_gain"] == pytest.approx(5.0)
