@@ -52,13 +52,18 @@ class RolloutExchange(Protocol):
     def record_used(self, rollout: Rollout, mean_advantage: float) -> None:
         """The trainer used this peer rollout; `mean_advantage` is the mean |A| of its group here."""
 
+    def connected(self) -> bool:
+        """Whether a peer is connected now: its groups may come."""
+
 
 class Inbox:
     """A local `RolloutExchange`: keeps what is published, hands out what a test put in."""
 
-    def __init__(self, pending: list[Rollout] | None = None) -> None:
+    def __init__(self, pending: list[Rollout] | None = None, connected: bool = True) -> None:
         self.published: list[Rollout] = []
         self.pending: list[Rollout] = list(pending or [])
+        self.peers = connected
+        """What connected() says: a test may set it."""
         self.used: list[tuple[Rollout, float]] = []
         self._lock = threading.Lock()
 
@@ -74,3 +79,6 @@ class Inbox:
     def record_used(self, rollout: Rollout, mean_advantage: float) -> None:
         with self._lock:
             self.used.append((rollout, mean_advantage))
+
+    def connected(self) -> bool:
+        return self.peers

@@ -63,7 +63,8 @@ class LoraSettings:
 @dataclass
 class TrainSettings:
     local: int = setting(8, "I: own questions (rollout groups) per round.", low=1, high=256, flag="--local", metavar="I")
-    external: int = setting(0, "J: peers' rollout groups per round (0 trains alone).", low=0, high=256,
+    external: int = setting(0, "J: peers' rollout groups per round (0 trains alone; with no peer connected, "
+                            "J more own questions).", low=0, high=256,
                             flag="--external", metavar="J")
     completions: int = setting(8, "L: completions per question (GRPO group size).", low=2, high=64,
                                flag="--completions", metavar="L")
@@ -83,7 +84,8 @@ class TrainSettings:
                                      "1 is plain GRPO, below 1 leans on reinforcing right answers.", low=0.0, high=1.0)
     external_policy: str = setting(
         "uniform", "What a round does when peers hand it fewer than J groups: uniform (train on those), fill "
-        "(also answer further own questions in the empty places, so the update always holds I + J groups).",
+        "(also answer further own questions in the empty places, so the update always holds I + J groups). "
+        "With no peer connected, own questions take the J places under either.",
         choices=("uniform", "fill"))
     keep_zero_advantage_local: bool = setting(
         True, "Train on own groups with equal rewards (paper: yes; they add nothing to the loss).")

@@ -60,7 +60,9 @@ class RoundPlan:
     """Scale of the negative advantages in the update (grpo.weigh_negatives)."""
     external_policy: str = "uniform"
     """"uniform": up to J peers' groups, as the exchange hands them out. "fill": the same, and when fewer than J
-    arrive, own groups on further questions of the round take the empty places, so the update holds I + J."""
+    arrive, own groups on further questions of the round take the empty places, so the update holds I + J.
+    Under either, a node with no peer connected (or none to connect to: no exchange) answers J further own
+    questions: alone, it trains as a node at I + J / 0 does."""
 
 
 @dataclass
@@ -97,7 +99,7 @@ class Trainer:
         gen_s = time.perf_counter() - started
         self._share(t, own)
         external, checked = self._take_external(t)
-        filled, fill_s = self._fill(t, self.plan.external - len(external))
+        filled, fill_s = self._fill(t, self._empty_places(external))
         own, gen_s = own + filled, gen_s + fill_s
         if self.stop_requested.is_set():
             raise RoundAbandoned(t)
@@ -147,10 +149,15 @@ class Trainer:
             if has_signal(group.rewards):  # every peer drops a group without a reward spread unread
                 self._publish(group.rollout)
 
+    def _empty_places(self, external: list[ScoredGroup]) -> int:
+        """The J places own questions take: those peers left empty under "fill" or when no peer is connected."""
+        alone = self.exchange is None or not self.exchange.connected()
+        return self.plan.external - len(external) if alone or self.plan.external_policy == "fill" else 0
+
     def _fill(self, t: int, missing: int) -> tuple[list[ScoredGroup], float]:
-        """Under the "fill" policy, own groups for the `missing` places peers left empty (generated, scored and
-        shared like the others) and the seconds they took; nothing otherwise. A stop abandons the round."""
-        if self.plan.external_policy != "fill" or missing <= 0 or self.stop_requested.is_set():
+        """Own groups for the `missing` places (generated, scored and shared like the others) and the seconds
+        they took. A stop abandons the round."""
+        if missing <= 0 or self.stop_requested.is_set():
             return [], 0.0
         started = time.perf_counter()
         plan = self.plan

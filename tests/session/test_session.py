@@ -193,3 +193,14 @@ def test_every_engine_call_runs_on_the_one_engine_thread(stub_model, tmp_path, m
     assert set(seen) == {"generate", "train_step", "save_adapter"}  # evaluations generate too
     threads = set().union(*seen.values())
     assert len(threads) == 1 and next(iter(threads))[1].startswith("swarm-engine")
+
+
+def test_a_node_without_peers_answers_its_j_places_itself_and_one_with_peers_leaves_them_to_them(stub_model, tmp_path):
+    offline = make_settings(stub_model, tmp_path / "offline", 1, local=3, external=5)
+    run(offline)
+    assert (rows(tmp_path / "offline")[0]["n_local"], rows(tmp_path / "offline")[0]["n_external"]) == (8, 0)
+    inbox = Inbox()
+    run(make_settings(stub_model, tmp_path / "peers", 1, local=3, external=5), exchange=inbox)
+    assert rows(tmp_path / "peers")[0]["n_local"] == 3  # connected, the peers sent nothing yet: only own questions
+    run(make_settings(stub_model, tmp_path / "alone", 1, local=3, external=5), exchange=Inbox(connected=False))
+    assert rows(tmp_path / "alone")[0]["n_local"] == 8  # a peer node with no peer connected

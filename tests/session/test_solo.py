@@ -5,6 +5,7 @@ import json
 
 from swarm_app.kernel.events import RunStarted, SoloCurveFound
 from swarm_app.kernel.paths import user_dirs
+from swarm_app.kernel.rollouts import Inbox
 from swarm_app.session.solo import find_solo_curve
 from tests.session.test_session import make_settings, run
 
@@ -68,7 +69,7 @@ def test_a_node_that_learns_from_peers_gets_the_solo_curve_of_an_earlier_solo_ru
     _, events, _ = run(solo)
     assert not [e for e in events if isinstance(e, SoloCurveFound)]  # a solo node is not compared with itself
     assert [e.external for e in events if isinstance(e, RunStarted)] == [0]
-    _, events, _ = run(make_settings(stub_model, runs / "swarm", 1, external=2))
+    _, events, _ = run(make_settings(stub_model, runs / "swarm", 1, external=2), exchange=Inbox())
     (found,) = [e for e in events if isinstance(e, SoloCurveFound)]
     assert found.rounds == (2, 4) and found.source == f"solo run {runs / 'solo'}"
     assert [e.external for e in events if isinstance(e, RunStarted)] == [2]

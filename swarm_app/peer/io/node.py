@@ -324,6 +324,10 @@ class PeerNode:
         except RuntimeError:
             log.debug("usage not recorded: the event loop is closed")
 
+    def connected(self) -> bool:
+        """Whether any peer connection is open (read from the training thread: a snapshot of a dict's size)."""
+        return len(self.core.conns) > 0
+
     def _publish_now(self, rollout: Rollout) -> None:
         self._execute(self.core.publish(rollout, self.clock()))
 
