@@ -46,13 +46,13 @@ def test_one_parameter_count_of_the_bundled_model_everywhere():
     assert stale == []
 
 
-def test_help_names_the_questions_per_round_the_bundled_model_runs(capsys):
-    local = read_recommendations(bundled_model_dir())["train.local"]
+def test_help_names_the_peers_groups_per_round_the_bundled_model_runs(capsys):
+    external = read_recommendations(bundled_model_dir())["train.external"]
     with pytest.raises(SystemExit):
         main(["run", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    help_of_local = text.split("--local I", 1)[1].split("[train.local]", 1)[0]
-    assert f"{local} with the bundled model" in help_of_local and "swarm.toml" in help_of_local
+    help_of_external = text.split("--external J", 1)[1].split("[train.external]", 1)[0]
+    assert f"{external} with the bundled model" in help_of_external and "swarm.toml" in help_of_external
 
 
 def test_doctor_reports_the_questions_the_run_uses(capsys):
