@@ -10,7 +10,8 @@ The producers' own outbound slots are spent on one hub, so the victim can hold a
 and the neighbour seven (the victim too): 3 hostile links of 8 is a bound an overlay can keep. Both run a
 `swarm run` node's overlay rules and budgets with its clocks ten times faster (pulls every 1 s, rotation
 every 6 s, ...): 30 s of attack stand for five minutes. The attack starts either once both hold honest
-links ("settled"), or as soon as the victim listens ("joining", counted after a short warm-up).
+links ("settled"), or as soon as the victim listens ("joining", counted once its first minute, in
+which a newcomer fills its links before judging them, is over).
 
 The poisoned peer list: a neighbour whose /peers answer names 160 dead addresses (127.31.k.1) may cost the
 node only its budget of dials to addresses it never reached (`unverified_dial_burst` at once,
@@ -43,8 +44,10 @@ pytestmark = linux_only
 
 PRODUCERS = 6
 ATTACK_S = 30.0
-WARMUP_S = 5.0
-"""A joining victim's time to find honest peers before the count starts (50 s at a real node's pace)."""
+SETTLE_S = 6.0
+"""A node's first minute (`settle_after_s`) at this pace: it fills `low_outbound` links before judging them."""
+WARMUP_S = SETTLE_S + 1.0
+"""A joining victim's first minute and a pull before the count starts: the bound is a settled node's."""
 SAMPLE_S = 0.5
 MOST_HOSTILE_OUT = 3
 """Of 8 outbound links (issue 28)."""
@@ -59,7 +62,8 @@ def real_node(ip: str, *bootstrap: str) -> PeerConfig:
                         reachability=FAST_DIALBACK, tick_s=0.1)
     return config.with_protocol(pull_interval_s=1.0, exchange_interval_s=3.0, rotate_interval_s=6.0,
                                 useless_hold_s=60.0, prune_backoff_s=6.0, score_half_life_s=30.0,
-                                standing_refresh_s=0.5, idle_inbound_s=6.0)
+                                standing_refresh_s=0.5, idle_inbound_s=6.0, settle_after_s=SETTLE_S,
+                                useless_min_age_s=1.0, stalled_rotate_s=2.0)
 
 
 # --- the honest side
