@@ -34,7 +34,9 @@ class ProtocolConfig:
     earned them, so addresses that only announce each other never hold most of a node's links
     (overlay.dials_due); unproven links past that, once one proves itself, are dropped. While a settled
     node has none proven, at most this many go to addresses it merely heard of, the others (up to
-    `target_outbound`) to bootstrap, LAN or tried addresses (overlay.guarded_dials)."""
+    `target_outbound`) to bootstrap, LAN or tried addresses (overlay.guarded_dials); in its first
+    `settle_after_s`, at most this many to addresses first announced in inbound peers' hellos while others
+    are due."""
     busy_streak: int = 4
     """Full answers in a row (503, bye busy; bootstrap addresses aside) that cost one wanted link."""
     settle_after_s: float = 60.0

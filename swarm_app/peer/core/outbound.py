@@ -104,15 +104,22 @@ class OutboundLinks:
             return []
         candidates = self.addresses.candidates(now, lambda node: self._not_dialable(node, now), self.dialing)
         held = self._held_networks()
+        announced_left = self._announced_left(outbound, now)
         dials: list[Action] = []
         while len(dials) < need:
             vouched_only = len(dials) >= untried_left
-            state = pick_dial(candidates, held, self.rng, self._unverified_dials_left(now), vouched_only=vouched_only)
+            unverified_allowed = self._unverified_dials_left(now)
+            state = pick_dial(candidates, held, self.rng, unverified_allowed, vouched_only=vouched_only,
+                              announced_allowed=announced_left > 0)
+            if state is None and announced_left <= 0:  # nothing else is due: an announced link beats none
+                state = pick_dial(candidates, held, self.rng, unverified_allowed, vouched_only=vouched_only)
             if state is None:
                 self._hungry = not vouched_only
                 break
             if not is_trusted(state):
                 self._unverified.take(now)
+            if state.source == "inbound":
+                announced_left -= 1
             candidates = [s for s in candidates if s is not state]
             held.add(state.network)
             self.dialing.add(state.addr)
@@ -126,6 +133,22 @@ class OutboundLinks:
     def _guarded(self, outbound: list[Connection], now: float) -> bool:
         """Settled, and no outbound neighbour proven: whatever holds its links so far only announced itself."""
         return self._settled(now) and not any(proven(c) for c in outbound)
+
+    def _announced_left(self, outbound: list[Connection], now: float) -> int:
+        """How many more dials may go to addresses first heard of from inbound peers' hellos while any other
+        address is due: in the node's first `settle_after_s`, while it fills `low_outbound` links without
+        judging them, `unproven_outbound` unproven links and dials to those at most (whoever says hello can
+        announce a server, and sixty hellos would otherwise take most of a newcomer's links), more only when
+        nothing else is due (nodes that join together hear of each other by their hellos first); once
+        settled, dials_due's bound on unproven links holds for them too."""
+        if self._settled(now):
+            return self.config.high_outbound
+        addrs = [c.addr for c in outbound if not proven(c)] + list(self.dialing)
+        return self.config.unproven_outbound - sum(self._announced(a) for a in addrs)
+
+    def _announced(self, addr: str | None) -> bool:
+        state = self.addresses.get(addr) if addr else None
+        return state is not None and state.source == "inbound"
 
     def _untried(self, outbound: list[Connection]) -> int:
         """Unproven outbound links and dials in flight to addresses not vouched for (overlay.is_vouched)."""

@@ -6,7 +6,8 @@ and addresses only heard of ("new"), and GossipSub v1.1's peer scoring (first de
 that decays) and per-IP colocation limits.
 - `pick_dial`: the next address to dial: a network (/24, /48) no outbound neighbour or pending dial
   already holds when one is due, half of the time an address that proved useful before; an address
-  this node never reached itself only while the budget for those lasts.
+  this node never reached itself only while the budget for those lasts; in a node's first minute, only a
+  few links to addresses inbound peers announced while others are due (outbound.py `_announced_left`).
 - `stalled_victim`: while no connection delivers anything (an eclipse, or a quiet swarm), one outbound
   neighbour that was judged, to replace now and then: a node whose links all only announce themselves
   is not stuck with them, and since nothing earns a place, none is protected.
@@ -112,16 +113,19 @@ def probes_due(outbound: Iterable[N], judged_after: int) -> list[N]:
 
 
 def pick_dial(candidates: Sequence[AddressState], held_networks: set[str], rng: random.Random,
-              unverified_allowed: bool, tried_share: float = 0.5, vouched_only: bool = False) -> AddressState | None:
+              unverified_allowed: bool, tried_share: float = 0.5, vouched_only: bool = False,
+              announced_allowed: bool = True) -> AddressState | None:
     """One address to dial among the due `candidates`, or None.
 
     Networks already held are passed over while any other is due (one outbound neighbour per /24 as
     long as the book allows); within that, with probability `tried_share` an address that delivered
     rollouts here before, otherwise any; never-reached addresses only when `unverified_allowed`, and
     addresses that inbound peers merely announced only when no other is due. `vouched_only`: only
-    addresses the user named or that delivered here before (`is_vouched`).
+    addresses the user named or that delivered here before (`is_vouched`). `announced_allowed`: False
+    passes over every address first heard of from an inbound peer's hello, reached since or not.
     """
-    usable = [s for s in candidates if (unverified_allowed or is_trusted(s)) and (is_vouched(s) or not vouched_only)]
+    usable = [s for s in candidates if (unverified_allowed or is_trusted(s)) and (is_vouched(s) or not vouched_only)
+              and (announced_allowed or s.source != "inbound")]
     heard = [s for s in usable if s.source != "inbound" or s.verified]
     usable = heard or usable  # addresses inbound peers announced (often behind NAT): only when nothing else
     fresh = [s for s in usable if s.network not in held_networks]

@@ -97,3 +97,25 @@ def test_a_young_node_drops_a_useless_link_only_when_another_address_is_due():
     assert len([a for a in core.tick(at + 1) if isinstance(a, Close)]) == 1  # one address due: one goes
     later = [a for a in core.tick(first + CONFIG.settle_after_s + 1) if isinstance(a, Close)]
     assert len(later) == 1  # settled: judged whatever is due
+
+
+def test_a_newcomer_dials_at_most_three_addresses_that_only_inbound_peers_announced_while_others_are_due():
+    """Sixty hellos can announce sixty servers that pass dial-back: in its first minute, while it fills 6 links
+    without judging them, a node gives those at most 3 while other addresses are due; with nothing else
+    due (nodes that join together hear of each other by their hellos first) it dials them all the same."""
+    sim = Simulation(14, CONFIG, seed=23)
+    core = sim.nodes[0].core
+    others = {sim.nodes[k].addr for k in range(1, 4)}
+    for addr in others:
+        core.add_address(addr, "exchange")
+    announced = [sim.nodes[k].addr for k in range(4, 14)]
+    for addr in announced:
+        core.add_address(addr, "inbound")
+        core.addresses.get(addr).verified = True  # a server answered there: dial-back verified it
+    first = dials(sim, sim.now)
+    assert len(first) == CONFIG.low_outbound and others <= set(first), first
+    assert len(set(first) & set(announced)) == CONFIG.low_outbound - len(others)
+    alone = Simulation(14, CONFIG, seed=23)
+    for addr in announced:
+        alone.nodes[0].core.add_address(addr, "inbound")
+    assert len(set(dials(alone, alone.now)) & set(announced)) == CONFIG.low_outbound
