@@ -14,7 +14,7 @@ import random
 from collections import Counter, OrderedDict, deque
 
 from swarm_app.peer.core.actions import Action, Close, Dial, FetchPeers, HttpPull, Send
-from swarm_app.peer.core.addressbook import AddressBook
+from swarm_app.peer.core.addressbook import AddressBook, AddressState
 from swarm_app.peer.core.connections import Connection
 from swarm_app.peer.core.exchange import PeerExchange
 from swarm_app.peer.core.heard import HeardFilter
@@ -23,6 +23,7 @@ from swarm_app.peer.core.messages import PULL_FILTERS
 from swarm_app.peer.core.overlay import (
     dials_due,
     guarded_dials,
+    is_announced,
     is_trusted,
     is_vouched,
     on_trial,
@@ -108,18 +109,14 @@ class OutboundLinks:
         dials: list[Action] = []
         while len(dials) < need:
             vouched_only = len(dials) >= untried_left
-            unverified_allowed = self._unverified_dials_left(now)
-            state = pick_dial(candidates, held, self.rng, unverified_allowed, vouched_only=vouched_only,
-                              announced_allowed=announced_left > 0)
-            if state is None and announced_left <= 0:  # nothing else is due: an announced link beats none
-                state = pick_dial(candidates, held, self.rng, unverified_allowed, vouched_only=vouched_only)
+            state = pick_dial(candidates, held, self.rng, self._unverified_dials_left(now), vouched_only=vouched_only,
+                              announced_last=announced_left <= 0)
             if state is None:
                 self._hungry = not vouched_only
                 break
             if not is_trusted(state):
                 self._unverified.take(now)
-            if state.source == "inbound":
-                announced_left -= 1
+            announced_left -= is_announced(state)
             candidates = [s for s in candidates if s is not state]
             held.add(state.network)
             self.dialing.add(state.addr)
@@ -143,17 +140,16 @@ class OutboundLinks:
         settled, dials_due's bound on unproven links holds for them too."""
         if self._settled(now):
             return self.config.high_outbound
-        addrs = [c.addr for c in outbound if not proven(c)] + list(self.dialing)
-        return self.config.unproven_outbound - sum(self._announced(a) for a in addrs)
-
-    def _announced(self, addr: str | None) -> bool:
-        state = self.addresses.get(addr) if addr else None
-        return state is not None and state.source == "inbound"
+        return self.config.unproven_outbound - sum(map(is_announced, self._unproven_states(outbound)))
 
     def _untried(self, outbound: list[Connection]) -> int:
         """Unproven outbound links and dials in flight to addresses not vouched for (overlay.is_vouched)."""
+        return sum(not is_vouched(s) for s in self._unproven_states(outbound))
+
+    def _unproven_states(self, outbound: list[Connection]) -> list[AddressState | None]:
+        """The address book's entries of the unproven outbound links and of the dials in flight."""
         addrs = [c.addr for c in outbound if not proven(c)] + list(self.dialing)
-        return sum(not is_vouched(self.addresses.get(a)) for a in addrs)
+        return [self.addresses.get(a) for a in addrs]
 
     def _unverified_dials_left(self, now: float) -> bool:
         self._unverified.take(now, 0.0)  # refills the bucket to `now`, spends nothing
@@ -257,7 +253,7 @@ class OutboundLinks:
         if self._settled(now):
             return judged
         due = self.addresses.candidates(now, lambda node: self._not_dialable(node, now), self.dialing)
-        return judged[:sum(s.source != "inbound" or s.verified for s in due)]
+        return judged[:sum(not is_announced(s) or s.verified for s in due)]
 
     def _excess_unproven(self, outbound: list[Connection], now: float) -> list[Connection]:
         """Unproven links past what overlay.dials_due allows a settled node with a proven link, those not

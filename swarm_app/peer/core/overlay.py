@@ -114,19 +114,21 @@ def probes_due(outbound: Iterable[N], judged_after: int) -> list[N]:
 
 def pick_dial(candidates: Sequence[AddressState], held_networks: set[str], rng: random.Random,
               unverified_allowed: bool, tried_share: float = 0.5, vouched_only: bool = False,
-              announced_allowed: bool = True) -> AddressState | None:
+              announced_last: bool = False) -> AddressState | None:
     """One address to dial among the due `candidates`, or None.
 
     Networks already held are passed over while any other is due (one outbound neighbour per /24 as
     long as the book allows); within that, with probability `tried_share` an address that delivered
     rollouts here before, otherwise any; never-reached addresses only when `unverified_allowed`, and
     addresses that inbound peers merely announced only when no other is due. `vouched_only`: only
-    addresses the user named or that delivered here before (`is_vouched`). `announced_allowed`: False
-    passes over every address first heard of from an inbound peer's hello, reached since or not.
+    addresses the user named or that delivered here before (`is_vouched`). `announced_last`: addresses
+    first heard of from an inbound peer's hello (`is_announced`) only when no other is due, reached since
+    or not.
     """
-    usable = [s for s in candidates if (unverified_allowed or is_trusted(s)) and (is_vouched(s) or not vouched_only)
-              and (announced_allowed or s.source != "inbound")]
-    heard = [s for s in usable if s.source != "inbound" or s.verified]
+    usable = [s for s in candidates if (unverified_allowed or is_trusted(s)) and (is_vouched(s) or not vouched_only)]
+    if announced_last:
+        usable = [s for s in usable if not is_announced(s)] or usable
+    heard = [s for s in usable if not is_announced(s) or s.verified]
     usable = heard or usable  # addresses inbound peers announced (often behind NAT): only when nothing else
     fresh = [s for s in usable if s.network not in held_networks]
     pool = fresh or usable
@@ -142,6 +144,11 @@ def is_trusted(state: AddressState) -> bool:
     """Dialing it costs nothing from the unverified budget: this node reached it before (or dial-back
     verified it), or the user named it (bootstrap, LAN discovery)."""
     return state.verified or state.source in ("bootstrap", "mdns")
+
+
+def is_announced(state: AddressState | None) -> bool:
+    """This node first heard of it from an inbound peer's hello: whoever says hello can announce a server."""
+    return state is not None and state.source == "inbound"
 
 
 def is_vouched(state: AddressState | None) -> bool:
