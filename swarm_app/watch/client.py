@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import AsyncIterator
 
 import aiohttp
+import psutil
 
 from swarm_app.kernel.errors import UsageError
 from swarm_app.kernel.events import Event, RunStopped, event_from_dict
@@ -57,9 +58,9 @@ class NodeStream:
                                                               heartbeat=HEARTBEAT_S, max_msg_size=MAX_MSG_BYTES)
                     break
                 except (aiohttp.ClientError, OSError) as exc:
-                    if delay is None or not dropped(exc):
+                    if delay is None or not (dropped(exc) or busy(exc, info.pid)):
                         raise
-                    log.debug("the node dropped the connection before answering (%s); again in %.2f s", exc, delay)
+                    log.debug("the node did not answer (%s); again in %.2f s", exc, delay)
                     await asyncio.sleep(delay)
         except BaseException as exc:
             await self._session.close()
@@ -112,6 +113,12 @@ def dropped(exc: BaseException) -> bool:
     if isinstance(exc, aiohttp.ClientConnectorError):  # refused, unreachable: no node on that port
         return False
     return isinstance(exc, (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError, ConnectionError))
+
+
+def busy(exc: BaseException, pid: int) -> bool:
+    """The connection timed out while the watch file's node process runs: too busy to accept yet (a flood of
+    connections on its port), not gone."""
+    return isinstance(exc, TimeoutError) and psutil.pid_exists(pid)
 
 
 def decode(text: str) -> Event | None:

@@ -182,3 +182,13 @@ def test_the_endpoint_caps_slow_connections_and_a_token_holder_gets_in_first_tim
     assert held == PER_ADDRESS <= WATCH_CONNECTIONS and evicted >= 60 - PER_ADDRESS + 1
     assert message.type == aiohttp.WSMsgType.TEXT and "LogRecorded" in message.data
     assert all(dropped) and open_after == 1 and wrong_status == 401
+
+
+def test_a_watcher_waits_for_a_running_node_that_is_too_busy_to_accept_not_for_a_gone_one():
+    from swarm_app.watch.client import busy
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    timed_out = aiohttp.ConnectionTimeoutError("connect timed out")
+    assert busy(timed_out, os.getpid()) and not busy(timed_out, gone.pid)
+    assert not busy(ConnectionRefusedError(), os.getpid())  # nothing listens there: no waiting
