@@ -3,9 +3,12 @@ TYPE_CHECKING alike), as docs/architecture.md draws it:
 
     cli -> commands -> {tui, headless, watch}
            commands -> session -> {training, peer/io -> peer/core} -> backends
+    {peer/io, watch} -> net (the servers' door; aiohttp)
     kernel (events, settings, tasks, ...) below all of them; backends a leaf that never imports swarm_app.
 
-Also: the sans-IO peer core never imports aiohttp, and nothing outside tui/ imports textual.
+Also: nothing below net/ (the layers that may not import it: kernel, peer/core, training, backends, ...)
+reaches aiohttp, directly or through a module of this repository that imports it, however far down;
+and nothing outside tui/ imports textual.
 """
 
 from __future__ import annotations
@@ -22,20 +25,21 @@ ALLOWED = {
     "commands": {"commands", "tui", "headless", "watch", "experiment", "session", "kernel"},
     "tui": {"tui", "kernel"},
     "headless": {"headless", "kernel"},
-    "watch": {"watch", "kernel"},
+    "watch": {"watch", "net", "kernel"},
     "experiment": {"experiment", "session", "training", "peer/io", "peer/core", "kernel", "backends"},
     "session": {"session", "resources", "training", "peer/io", "peer/core", "kernel", "backends"},
     "resources": {"resources", "kernel"},
     "training": {"training", "kernel", "backends"},
-    "peer/io": {"peer/io", "peer/core", "kernel"},
+    "peer/io": {"peer/io", "peer/core", "net", "kernel"},
+    "net": {"net", "kernel"},
     "peer/core": {"peer/core", "kernel"},
     "kernel": {"kernel", "backends"},
     "backends": {"backends"},
 }
 """Layer -> the layers it may import. Every layer may import itself; nothing imports upwards."""
 
-FORBIDDEN_LIBRARIES = {"peer/core": {"aiohttp"}}
-"""Third-party packages a layer must not import (the peer core is sans-IO)."""
+NETWORK_LIBRARIES = {"aiohttp"}
+"""Only the network shell (net/ and the layers that may import it) may reach these."""
 TEXTUAL = {"textual", "textual_plotext"}
 
 
@@ -87,12 +91,63 @@ def violations(source: str, module: str) -> list[str]:
         top = target.split(".")[0]
         if top in TEXTUAL and layer != "tui":
             bad.append(f"{module} imports {target}: only swarm_app/tui may import textual")
-        if top in FORBIDDEN_LIBRARIES.get(layer, ()):
-            bad.append(f"{module} imports {target}: the {layer} layer must not import {top}")
+        if top in NETWORK_LIBRARIES and layer in BELOW_NET:
+            bad.append(f"{module} imports {target}: the {layer} layer must not import {top} (only net/ and above)")
         target_layer = layer_of(target) if top in ("swarm_app", "backends") else None
         if target_layer is not None and target_layer not in ALLOWED[layer]:
             bad.append(f"{module} ({layer}) imports {target} ({target_layer})")
     return sorted(set(bad))
+
+
+def layers_reached(layer: str) -> set[str]:
+    """Every layer `layer` may import, directly or through the layers it may import."""
+    reached, todo = set(), [layer]
+    while todo:
+        for other in ALLOWED[todo.pop()] - reached:
+            reached.add(other)
+            todo.append(other)
+    return reached
+
+
+BELOW_NET = {layer for layer in ALLOWED if "net" not in layers_reached(layer)}
+"""The layers that may not import net/, not even through another layer: none of them may reach aiohttp."""
+
+
+def network_paths(sources: dict[str, str]) -> list[str]:
+    """For each module (dotted name -> source) of a layer below net/ that reaches aiohttp through modules of
+    this repository, directly or however far down, one line with the chain of imports that gets there."""
+    graph, direct = {}, {}
+    for module, source in sources.items():
+        targets = imports_of(source, module)
+        graph[module] = sorted({t for t in targets if t in sources and t != module})
+        direct[module] = sorted({t.split(".")[0] for t in targets} & NETWORK_LIBRARIES)
+    found = []
+    for module in sorted(sources):
+        if layer_of(module) not in BELOW_NET:
+            continue
+        chain = _chain_to_network(module, graph, direct)
+        if chain is not None:
+            found.append(f"{module} ({layer_of(module)}) reaches {' -> '.join(chain)}")
+    return found
+
+
+def _chain_to_network(start: str, graph: dict[str, list[str]], direct: dict[str, list[str]]) -> list[str] | None:
+    """The shortest import chain from `start` to a network library (breadth first), or None."""
+    parents: dict[str, str | None] = {start: None}
+    queue = [start]
+    for module in queue:
+        if direct[module]:
+            chain = [direct[module][0]]
+            node: str | None = module
+            while node is not None:
+                chain.insert(0, node)
+                node = parents[node]
+            return chain[1:]
+        for target in graph[module]:
+            if target not in parents:
+                parents[target] = module
+                queue.append(target)
+    return None
 
 
 def product_modules() -> list[Path]:
@@ -109,8 +164,32 @@ def test_no_import_runs_against_the_arrow():
     assert found == []
 
 
+def test_nothing_below_net_reaches_aiohttp():
+    sources = {module_name(p): p.read_text(encoding="utf-8") for p in product_modules()}
+    assert network_paths(sources) == []
+    assert {"kernel", "peer/core", "training", "backends", "resources"} <= BELOW_NET
+    assert not {"net", "peer/io", "watch", "session"} & BELOW_NET
+
+
+@pytest.mark.parametrize("layer_module", [
+    "swarm_app.peer.core.protocol", "swarm_app.training.loop", "swarm_app.kernel.events", "backends.fake",
+])
+def test_the_check_catches_aiohttp_reached_through_the_repository(layer_module):
+    """A module below net/ that imports a module of this repository which imports aiohttp two steps down fails."""
+    helper = "backends.base" if layer_module.startswith("backends") else "swarm_app.kernel.files"
+    deeper = "backends.chat" if layer_module.startswith("backends") else "swarm_app.kernel.paths"
+    sources = {layer_module: f"import {helper}", helper: f"from {deeper} import x", deeper: "import aiohttp.web"}
+    assert any(line.startswith(f"{layer_module} ") and line.endswith(f"{helper} -> {deeper} -> aiohttp")
+               for line in network_paths(sources)), network_paths(sources)
+    sources[deeper] = "import json"
+    assert network_paths(sources) == []
+
+
 @pytest.mark.parametrize("module, source", [
     ("backends.fake", "from swarm_app.kernel.errors import UsageError"),
+    ("swarm_app.kernel.events", "import aiohttp"),
+    ("swarm_app.training.loop", "from aiohttp import web"),
+    ("swarm_app.peer.core.protocol", "from swarm_app.net.gate import ConnectionGate"),
     ("swarm_app.peer.core.protocol", "import aiohttp"),
     ("swarm_app.peer.core.protocol", "from swarm_app.peer.io.node import PeerNode"),
     ("swarm_app.tui.app", "def f():\n    from swarm_app.session.session import Session"),
@@ -128,6 +207,9 @@ def test_the_check_catches_a_forbidden_import(module, source):
     ("swarm_app.commands.run", "from swarm_app.session.session import Session"),
     ("swarm_app.session.session", "from swarm_app.peer.io.node import PeerNode"),
     ("swarm_app.peer.io.node", "import aiohttp\nfrom swarm_app.peer.core.protocol import NodeCore"),
+    ("swarm_app.peer.io.server", "from swarm_app.net.gate import abort_transport"),
+    ("swarm_app.watch.endpoint", "from swarm_app.net.gate import GatedSite"),
+    ("swarm_app.net.gate", "import aiohttp\nfrom swarm_app.kernel.errors import SwarmError"),
     ("swarm_app.tui.app", "import textual.app\nfrom swarm_app.kernel.events import Event"),
 ])
 def test_the_check_lets_the_arrow_through(module, source):

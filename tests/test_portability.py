@@ -30,7 +30,7 @@ TEXT_IO_METHODS = {"read_text", "write_text"}
 REVIEWED: dict[tuple[str, str], str] = {
     ("swarm_app/kernel/runlock.py", "import fcntl"):
         "the POSIX branch of _try_lock; Windows takes the msvcrt.locking branch beside it",
-    ("swarm_app/kernel/gate.py", "import resource"):
+    ("swarm_app/net/gate.py", "import resource"):
         "inside try/except ImportError; Windows has no RLIMIT_NOFILE and gets FALLBACK_BUDGET (256)",
     ("tools/installer.py", "os.symlink"):
         "Path.symlink_to only for the ~/.local/bin launcher, which plan_install sets on POSIX only "

@@ -6,7 +6,7 @@ or as headless lines. It can only receive: nothing here calls the node. Problems
 opens (no node, a stale watch.json, a refused token) are one-line UsageErrors (exit 2); a message a
 newer node sends that this version cannot read is skipped. A connection the node drops before answering
 (its watch port evicts the oldest connection that has not shown the token when a flood fills it:
-swarm_app/kernel/gate.py) is tried again a few times; nothing listening is an error at once.
+swarm_app/net/gate.py) is tried again a few times; nothing listening is an error at once.
 """
 
 from __future__ import annotations

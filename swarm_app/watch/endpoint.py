@@ -9,7 +9,7 @@ bounded queue; a writer task per watcher sends with a timeout. A watcher that fa
 oldest progress (replaceable) events first; one that would lose a fact is disconnected instead, so
 what a watcher shows is never silently wrong.
 
-The port has the peer port's door (swarm_app/kernel/gate.py): a 2 s header timeout, at most 24
+The port has the peer port's door (swarm_app/net/gate.py): a 2 s header timeout, at most 24
 connections per client address and 32 in all (that cap is counted in the process's descriptor budget),
 and when it is full a new connection evicts the oldest one that has not sent the token: a local
 process opening slow connections by the thousand can neither run the node out of descriptors nor keep
@@ -31,7 +31,7 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
-from swarm_app.kernel.gate import WATCH_CONNECTIONS, ConnectionGate, GatedSite, gated_runner
+from swarm_app.net.gate import WATCH_CONNECTIONS, ConnectionGate, GatedSite, gated_runner
 from swarm_app.watch.file import WatchInfo, remove_watch_file, write_watch_file
 from swarm_app.watch.history import EventHistory
 
@@ -47,7 +47,7 @@ QUEUE_LIMIT = 1000
 MAX_WATCHERS = 16
 PER_ADDRESS = 24
 """Connections from one client address (every watcher is local, most from 127.0.0.1: 16 watchers and 8
-requests in progress); the total is kernel/gate.py's WATCH_CONNECTIONS, 32."""
+requests in progress); the total is net/gate.py's WATCH_CONNECTIONS, 32."""
 HEADER_TIMEOUT_S = 2.0
 """A local client sends its request head within milliseconds; the peer port allows 5 s for the Internet."""
 SEND_TIMEOUT_S = 10.0

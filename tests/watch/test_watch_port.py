@@ -22,7 +22,7 @@ import aiohttp
 import pytest
 
 from swarm_app.kernel.events import RoundFinished
-from swarm_app.kernel.gate import WATCH_CONNECTIONS
+from swarm_app.net.gate import WATCH_CONNECTIONS
 from swarm_app.watch.client import NodeStream
 from swarm_app.watch.endpoint import HEADER_TIMEOUT_S, PER_ADDRESS, StatusEndpoint
 from swarm_app.watch.file import read_watch_file, watch_file_of

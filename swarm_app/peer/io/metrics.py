@@ -15,7 +15,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 if TYPE_CHECKING:
-    from swarm_app.kernel.gate import ConnectionGate
+    from swarm_app.net.gate import ConnectionGate
     from swarm_app.peer.core.protocol import NodeCore
 
 COUNTERS = {

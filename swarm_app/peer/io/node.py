@@ -32,10 +32,10 @@ import aiohttp
 from aiohttp import web
 
 from swarm_app.kernel.errors import SwarmError
-from swarm_app.kernel.gate import ConnectionGate, GatedSite, descriptor_budget, gated_runner, soft_descriptor_limit
 from swarm_app.kernel.paths import user_dirs
 from swarm_app.kernel.rollouts import Rollout
 from swarm_app.kernel.tasks import Task, TaskRef, regenerate
+from swarm_app.net.gate import ConnectionGate, GatedSite, descriptor_budget, gated_runner, soft_descriptor_limit
 from swarm_app.peer.core.actions import Action, Admitted, Close, Dial, FetchPeers, HttpPull, Send
 from swarm_app.peer.core.addressbook import AddressBook, format_address, parse_address
 from swarm_app.peer.core.admission import Admission

@@ -103,7 +103,7 @@ class SendQueues:
         slowest.dropped = True
         while not slowest.queue.empty():  # freed now; the writer's finally cuts the connection
             slowest.queue.get_nowait()
-        server.TRIMMER.freed(slowest.queued_bytes)  # and given back to the OS soon (kernel/memory.py)
+        server.TRIMMER.freed(slowest.queued_bytes)  # and given back to the OS soon (net/memory.py)
         slowest.queued_bytes = 0
         if slowest.writer is not None:
             slowest.writer.cancel()

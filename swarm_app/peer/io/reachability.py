@@ -21,7 +21,7 @@ from typing import Callable
 import aiohttp
 from aiohttp import web
 
-from swarm_app.kernel.gate import ConnectionGate, GatedSite, gated_runner
+from swarm_app.net.gate import ConnectionGate, GatedSite, gated_runner
 from swarm_app.peer.core.addressbook import format_address, parse_address
 from swarm_app.peer.core.identity import Identity, unb64url
 from swarm_app.peer.core.reachability import (

@@ -14,7 +14,7 @@ flight in all, or 2 MiB for one client address, the answer is 503; one not drain
 off (RST: asyncio's and the kernel's buffers are freed at once). So clients that ask and never read pin
 at most ~16 MiB of answers plus 256 KiB of kernel buffer per connection, and only for 10 s; they get
 nothing else from this module, which decides nothing about the protocol. Released answer bytes are
-reported to kernel/memory.py's TRIMMER, which gives glibc's freed heap back to the OS.
+reported to net/memory.py's TRIMMER, which gives glibc's freed heap back to the OS.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ import aiohttp
 from aiohttp import web
 
 from swarm_app import __version__
-from swarm_app.kernel.gate import abort_transport
-from swarm_app.kernel.memory import TRIMMER
+from swarm_app.net.gate import abort_transport
+from swarm_app.net.memory import TRIMMER
 from swarm_app.peer.core.heard import HeardFilter
 from swarm_app.peer.core.identity import Identity, b64url
 from swarm_app.peer.core.messages import (
@@ -229,7 +229,7 @@ async def sample(request: web.Request) -> web.Response:
         return await send_bounded(request, body, budget)
     finally:
         budget.give(ip, len(body))
-        TRIMMER.freed(len(body))  # glibc keeps freed answers in its heap unless asked (kernel/memory.py)
+        TRIMMER.freed(len(body))  # glibc keeps freed answers in its heap unless asked (net/memory.py)
 
 
 async def send_bounded(request: web.Request, body: bytes, budget: OutputBudget) -> web.Response:
@@ -273,7 +273,7 @@ def forget_frames(exc: BaseException | None) -> None:
 
 
 def abort_websocket(ws: Any) -> None:
-    """Cut a websocket's TCP connection now, server or client side (kernel/gate.py abort_transport): for a
+    """Cut a websocket's TCP connection now, server or client side (net/gate.py abort_transport): for a
     peer that stopped reading, whose close frame would wait behind everything it has not read."""
     TRIMMER.freed(abort_transport(getattr(getattr(ws, "_writer", None), "transport", None)))  # both sides keep it there
 

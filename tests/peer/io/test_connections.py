@@ -18,7 +18,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from swarm_app.kernel.gate import RESERVED_DESCRIPTORS, WATCH_CONNECTIONS, descriptor_budget
+from swarm_app.net.gate import RESERVED_DESCRIPTORS, WATCH_CONNECTIONS, descriptor_budget
 from swarm_app.peer.core.addressbook import parse_address
 from swarm_app.peer.core.identity import Identity
 from swarm_app.peer.core.messages import ClientHandshake, decode_frame, encode

@@ -3,7 +3,7 @@
 70 addresses (127.0.0.2-127.0.0.71) keep the total connection cap full with slow connections that they
 close and re-open (a partial request head, held 0.3-1.2 s); a fresh address (127.0.1.5) then asks
 /rsp/v1/info ten times, each on a new connection, and must be answered at least 9 times: the gate keeps
-a slice of its total for addresses that opened few connections lately (swarm_app/kernel/gate.py).
+a slice of its total for addresses that opened few connections lately (swarm_app/net/gate.py).
 """
 
 from __future__ import annotations

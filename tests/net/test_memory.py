@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from swarm_app.kernel.memory import TRIMMER, HeapTrimmer
+from swarm_app.net.memory import TRIMMER, HeapTrimmer
 
 
 def test_trims_after_the_threshold_at_most_once_per_interval_and_after_the_last_burst():

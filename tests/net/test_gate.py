@@ -4,7 +4,7 @@ test_fair_door.py (peer port) and tests/watch/test_watch_port.py (watch port).""
 
 from __future__ import annotations
 
-from swarm_app.kernel.gate import (
+from swarm_app.net.gate import (
     NEWCOMER_CONNECTIONS,
     RECENT_S,
     RESERVED_DESCRIPTORS,
