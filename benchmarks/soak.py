@@ -78,9 +78,9 @@ def node_figures(node, rounds: int) -> dict:
     core, now = node.core, node.clock()
     stats = node.stats()
     return {"pool": stats.pool_size, "pool_bytes": stats.pool_bytes, "seen": stats.seen_size,
-            "seen_floors": len(core.admission.seen._floors), "heard": len(core.heard),
+            "seen_floors": len(core.intake.admission.seen._floors), "heard": len(core.intake.heard),
             "peer_records": len(core.peers.records()), "addresses": len(core.addresses),
-            "author_buckets": len(core.admission._author_buckets), "rejected": dict(stats.rejected),
+            "author_buckets": len(core.intake.admission._author_buckets), "rejected": dict(stats.rejected),
             "tasks": len(node._tasks), "links": len(node.send_queues.links), "gate_open": node.gate.open,
             "rounds": rounds, "published": stats.published, "accepted": stats.accepted,
             "neighbours": stats.neighbours, "bans": stats.bans,

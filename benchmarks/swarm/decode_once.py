@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from swarm_app.peer.core import admission, protocol
+from swarm_app.peer.core import admission, intake
 from swarm_app.peer.core.wire import Rejection
 
 _MISS = object()
@@ -49,7 +49,7 @@ class _Cache:
 @contextmanager
 def decode_once(capacity: int = 400_000) -> Iterator[None]:
     """While open, admission in this process decodes and verifies each distinct item once."""
-    originals = (protocol.item_from_json, admission.parse_body, admission.signature_valid)
+    originals = (intake.item_from_json, admission.parse_body, admission.signature_valid)
     items, bodies, signatures = (_Cache(f, capacity) for f in originals)
 
     def item_from_json(item: Any) -> Any:
@@ -63,9 +63,9 @@ def decode_once(capacity: int = 400_000) -> Iterator[None]:
     def signature_valid(parsed: Any, signed: Any) -> bool:
         return signatures.call((signed.id, signed.sig), parsed, signed)
 
-    protocol.item_from_json, admission.parse_body, admission.signature_valid = (
+    intake.item_from_json, admission.parse_body, admission.signature_valid = (
         item_from_json, parse_body, signature_valid)
     try:
         yield
     finally:
-        protocol.item_from_json, admission.parse_body, admission.signature_valid = originals
+        intake.item_from_json, admission.parse_body, admission.signature_valid = originals

@@ -132,7 +132,7 @@ class Hostile:
     def _attack(self, node: SimNode) -> None:
         if not node.online:
             return
-        conns = list(node.core.conns)
+        conns = list(node.core.links.conns)
         if conns:
             items = self.rng.sample(self._fresh_items(node), 8)
             self._push(node, self.rng.choice(conns), {"t": "push", "items": items})
@@ -141,7 +141,7 @@ class Hostile:
     def _flood(self, node: SimNode) -> None:
         if not node.online:
             return
-        conns = list(node.core.conns)
+        conns = list(node.core.links.conns)
         if conns:
             conn, items = self.rng.choice(conns), self._fresh_items(node)
             for _ in range(FLOOD):

@@ -123,7 +123,7 @@ class Recorder(Observer):
         return self._nat
 
     def connected(self, client: SimNode, server: SimNode, now: float) -> None:
-        inbound = sum(c.direction == "in" for c in server.core.conns.values())
+        inbound = sum(c.direction == "in" for c in server.core.links.conns.values())
         self.max_inbound[server.index] = max(self.max_inbound[server.index], inbound)
 
     # --- the sampler
@@ -133,7 +133,7 @@ class Recorder(Observer):
         honest = [n for n in self.network.nodes if n.online and n.role == "honest"]
         counts = []
         for node in honest:
-            out = sum(c.direction == "out" for c in node.core.conns.values())
+            out = sum(c.direction == "out" for c in node.core.links.conns.values())
             counts.append(out)
             self._track_low(node, out, now)
         if counts and int((now - START) / self.sample_s) % 5 == 0:
@@ -159,7 +159,7 @@ class Recorder(Observer):
         hostile = {n.addr for n in self.network.nodes if n.role != "honest"}
         tick = int((now - START) / self.sample_s)
         for node in honest:
-            out = [c.addr for c in node.core.conns.values() if c.direction == "out"]
+            out = [c.addr for c in node.core.links.conns.values() if c.direction == "out"]
             if node.index < self.bootstraps:
                 continue
             if out:
@@ -178,7 +178,7 @@ class Recorder(Observer):
         self.low_since.clear()
         hostile = {n.addr for n in self.network.nodes if n.role != "honest"}
         for node in self.network.nodes:
-            out = [c.addr for c in node.core.conns.values() if c.direction == "out"]
+            out = [c.addr for c in node.core.links.conns.values() if c.direction == "out"]
             if node.online and node.role == "honest" and node.index >= self.bootstraps and out:
                 self.hostile_outbound_end = max(self.hostile_outbound_end, sum(a in hostile for a in out) / len(out))
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from swarm_app.peer.core.addressbook import AddressBook
 from swarm_app.peer.core.connections import Connection
@@ -42,12 +42,12 @@ from swarm_app.peer.core.records import (
 
 class PeerExchange:
     def __init__(self, identity: Identity, swarm: str, addresses: AddressBook, rng: random.Random,
-                 counters: Counter[str], *, take: int, record_ask_s: float, ask_again_s: float) -> None:
+                 count: Callable[[str], None], *, take: int, record_ask_s: float, ask_again_s: float) -> None:
         """`take`: new addresses taken from one answer at most. `record_ask_s`: at most one request for a
-        missing record this often; `ask_again_s`: not to the same neighbour within this. `counters`: the
-        core's, for records received and signed."""
+        missing record this often; `ask_again_s`: not to the same neighbour within this. `count`: the
+        core's tally (tally.py), for records received and signed."""
         self.identity, self.swarm, self.addresses, self.rng = identity, swarm, addresses, rng
-        self.counters, self.take_max = counters, take
+        self.count, self.take_max = count, take
         self.record_ask_s, self.ask_again_s = record_ask_s, ask_again_s
         self._next_record_ask = 0.0
         self.records: dict[str, NodeRecord] = {}
@@ -78,7 +78,7 @@ class PeerExchange:
         if (own is None or own.addrs != self.dialable or own.reachable != reachable
                 or now_ms >= (own.issued_ms + own.expires_ms) // 2):
             self.own = sign_record(self.identity, self.swarm, self.dialable, reachable, now_ms)
-            self.counters["records_signed"] += 1
+            self.count("records_signed")
         return self.own
 
     # --- the answer to GET /peers
@@ -135,7 +135,7 @@ class PeerExchange:
                 continue
             if record.node == self.identity.node_id:
                 continue
-            self.counters["records_received"] += 1
+            self.count("records_received")
             self._keep(record, now_ms)
             for addr in () if wanted_record_only else record.addrs:
                 if addr not in self.addresses:

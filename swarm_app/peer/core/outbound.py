@@ -1,98 +1,88 @@
-"""The node core's outbound side: which addresses it dials, whom it asks for rollouts and peer lists,
-and which outbound neighbours it drops or replaces (overlay.py's rules, applied to the core's state).
+"""The node core's outbound side: which addresses it dials, which outbound neighbours it drops or replaces,
+and whom it asks for peer lists (overlay.py's rules, applied to the links the core holds).
 
-`OutboundLinks` is a part of `NodeCore` (protocol.py), kept in a module of its own: it reads and writes
-the core's connections, address book and peer scores and returns actions (`Dial`, `Send`, `Close`,
-`FetchPeers`, `HttpPull`); it opens and closes nothing itself, and the choices are overlay.py's pure
-functions. Sans-IO like the core: `now` comes in, randomness from the core's `random.Random`.
+`Outbound` owns the dials in flight, the wanted number of links (`target_outbound`), the budget of dials
+to never-reached addresses and the rotation schedule; it reads the live links (links.py), the address book
+and the peer book, forgets the links it drops, and returns actions (`Dial`, `Close`, `FetchPeers`); it
+opens and closes nothing itself, and the choices are overlay.py's pure functions. Sans-IO: `now` comes in,
+randomness from the core's `random.Random`.
 """
 
 from __future__ import annotations
 
 import logging
 import random
-from collections import Counter, OrderedDict, deque
 
-from swarm_app.peer.core.actions import Action, Close, Dial, FetchPeers, HttpPull, Send
+from swarm_app.peer.core.actions import Action, Close, Dial, FetchPeers
 from swarm_app.peer.core.addressbook import AddressBook, AddressState
 from swarm_app.peer.core.connections import Connection
 from swarm_app.peer.core.exchange import PeerExchange
-from swarm_app.peer.core.heard import HeardFilter
 from swarm_app.peer.core.limits import ProtocolConfig
-from swarm_app.peer.core.messages import PULL_FILTERS
+from swarm_app.peer.core.links import Links
 from swarm_app.peer.core.overlay import (
     dials_due,
     guarded_dials,
     is_announced,
     is_trusted,
     is_vouched,
-    on_trial,
     pick_dial,
-    probes_due,
     proven,
     rotation_victim,
     stalled_victim,
     useless,
 )
-from swarm_app.peer.core.pool import RolloutPool
 from swarm_app.peer.core.ratelimit import TokenBucket
 from swarm_app.peer.core.scores import PeerBook
 from swarm_app.peer.core.sources import prefix_of
+from swarm_app.peer.core.tally import Tally
 
 log = logging.getLogger(__name__)
 
 
-class OutboundLinks:
-    """Mixed into `NodeCore`, which holds the state named below, forgets a connection (`_forget`) and calls
-    `_init_outbound` once."""
-
-    config: ProtocolConfig
-    conns: dict[int, Connection]
-    by_peer: dict[str, int]
-    dialing: set[str]
-    addresses: AddressBook
-    peers: PeerBook
-    exchange: PeerExchange
-    pool: RolloutPool
-    heard: OrderedDict[str, int]
-    counters: Counter[str]
-    rng: random.Random
-    node_id: str
-    _pull_id: int
-
-    def _init_outbound(self, config: ProtocolConfig) -> None:
+class Outbound:
+    def __init__(self, node_id: str, config: ProtocolConfig, links: Links, addresses: AddressBook, peers: PeerBook,
+                 exchange: PeerExchange, rng: random.Random, tally: Tally) -> None:
+        self.node_id, self.config, self.links, self.addresses, self.peers = node_id, config, links, addresses, peers
+        self.exchange, self.rng, self.tally = exchange, rng, tally
+        self.dialing: set[str] = set()
+        """Addresses dialed whose outcome has not come back yet."""
         self._unverified = TokenBucket(config.unverified_dial_rate, config.unverified_dial_burst, 0.0)
         self.target_outbound = config.target_outbound
         """Outbound links wanted now: `config.target_outbound`, less while the nodes it dials are full."""
         self._busy_streak = 0
         self._started = float("inf")
         """The first tick's time."""
-        self._next_stalled = 0.0
-        self._last_exchange = -float("inf")
-        self._hungry = False
+        self._next_stalled = self._next_rotate = 0.0
+        self.hungry = False
         """The last dials fell short: the address book had too few due candidates (peer lists come faster)."""
-        self._probe_at: dict[int, float] = {}
-        """Connection -> when an outbound neighbour on trial is next asked for rollouts (`_probe`)."""
-        self._pulled: deque[tuple[float, int]] = deque()
-        """(time, rollouts) of each pull answer in the last minute (`_pull_room`)."""
 
-    def _note_pulled(self, count: int, now: float) -> None:
-        self._pulled.append((now, count))
+    def start(self, now: float) -> None:
+        """A tick at `now`: the first one starts the settling time."""
+        self._started = min(self._started, now)
 
-    def _pull_room(self, now: float) -> int:
-        """How many more pulls the minute's budget (`pulled_per_min_max`) allows now: what answers brought
-        in the last 60 s, and a full answer for each pull still awaited, count against it."""
-        while self._pulled and self._pulled[0][0] <= now - 60.0:
-            self._pulled.popleft()
-        awaited = sum(len(c.pending) for c in self.conns.values())
-        used = sum(n for _, n in self._pulled) + awaited * self.config.pull_max
-        return max(0, (self.config.pulled_per_min_max - used) // self.config.pull_max)
+    def on_dialed(self, addr: str) -> None:
+        """A dial reached a node that completed a hello (whatever the core makes of it)."""
+        self.dialing.discard(addr)
+        self._refund_unverified(addr)
+        self._busy_streak = 0
 
-    def _dials(self, now: float) -> list[Action]:
+    def on_closed(self, c: Connection, now: float) -> None:
+        """An outbound link closed: a busy bye waits the prune backoff, a link dropped at once counts as a
+        failure (do not hammer it), any other waits a jittered backoff."""
+        if not c.addr:
+            return
+        if c.bye == "busy":
+            self._prune_backoff(c.addr, now)
+        elif now - c.opened < 5.0:
+            self.addresses.failed(c.addr, now)
+        else:
+            self.addresses.hold(c.addr, now + self.addresses.backoff_base_s * self.rng.uniform(1, 2))
+
+    def dials(self, now: float) -> list[Action]:
         """Dial towards `target_outbound` as overlay.dials_due allows (every missing link at once below
         `low_outbound`; few links to unproven peers); overlay.pick_dial chooses. While settled with no
         proven link, overlay.guarded_dials keeps most places for vouched addresses."""
-        config, outbound = self.config, self._outbound()
+        config, outbound = self.config, self.links.outbound()
         settled = self._settled(now)
         need = dials_due(len(outbound), sum(not proven(c) for c in outbound), len(self.dialing), self.target_outbound,
                          config.low_outbound, config.high_outbound, config.unproven_outbound, settled)
@@ -100,7 +90,7 @@ class OutboundLinks:
         if self._guarded(outbound, now):
             need, untried_left = guarded_dials(len(outbound), len(self.dialing), self._untried(outbound), need,
                                                self.target_outbound, config.unproven_outbound)
-        self._hungry = False
+        self.hungry = False
         if need <= 0:
             return []
         candidates = self.addresses.candidates(now, lambda node: self._not_dialable(node, now), self.dialing)
@@ -112,7 +102,7 @@ class OutboundLinks:
             state = pick_dial(candidates, held, self.rng, self._unverified_dials_left(now), vouched_only=vouched_only,
                               announced_last=announced_left <= 0)
             if state is None:
-                self._hungry = not vouched_only
+                self.hungry = not vouched_only
                 break
             if not is_trusted(state):
                 self._unverified.take(now)
@@ -158,63 +148,9 @@ class OutboundLinks:
     def _held_networks(self) -> set[str]:
         """Networks of the outbound neighbours and of the dials in flight."""
         held = {self.addresses.get(addr).network for addr in self.dialing if self.addresses.get(addr)}
-        return held | {prefix_of(c.ip) for c in self._outbound()}
+        return held | {prefix_of(c.ip) for c in self.links.outbound()}
 
-    def _outbound(self) -> list[Connection]:
-        return [c for c in self.conns.values() if c.direction == "out"]
-
-    def _pull_filters(self, now: float) -> tuple[HeardFilter, HeardFilter, HeardFilter]:
-        """What a pull tells of this node (heard.py), in `PULL_FILTERS` order: the authors it heard from
-        within the coverage window, the rollouts it holds that an answer could bring (as fresh as an
-        answer's), and the authors it heard from lately. Its `have` map stays empty: the filters say more
-        in a size that does not grow with the swarm."""
-        now_ms, config = int(now * 1000), self.config
-        window, lately = now_ms - int(config.heard_window_s * 1000), now_ms - int(config.recent_window_s * 1000)
-        held = self.pool.held_ids(now_ms - int(config.pull_fresh_s * 1000))
-        return (HeardFilter.of(a for a, ts in self.heard.items() if ts >= window), HeardFilter.of_rollouts(held),
-                HeardFilter.of(a for a, ts in self.heard.items() if ts >= lately))
-
-    def _ask(self, conn: Connection, filters: tuple[HeardFilter, ...], now: float) -> Send:
-        self._pull_id += 1
-        conn.pending[self._pull_id] = now + self.config.pull_timeout_s
-        self.counters["pulls"] += 1
-        return Send(conn.conn, {"t": "pull", "id": self._pull_id, "max": self.config.pull_max, "have": {},
-                                **{name: f.to_wire() for name, f in zip(PULL_FILTERS, filters)}})
-
-    def _probe(self, now: float) -> list[Action]:
-        """Ask each outbound neighbour on trial for rollouts at once, then once a pull interval (overlay.py)."""
-        self._probe_at = {conn: t for conn, t in self._probe_at.items() if conn in self.conns}
-        due = [c for c in probes_due(self._outbound(), self.config.useless_after_answers)
-               if now >= self._probe_at.get(c.conn, now)]
-        if due and len(due) > (room := self._pull_room(now)):
-            self.counters["pulls_deferred"] += len(due) - room
-            due = due[:room]
-        if not due:
-            return []
-        filters = self._pull_filters(now)
-        for c in due:
-            self._probe_at[c.conn] = now + self.config.pull_interval_s
-        self.counters["probes"] += len(due)
-        return [self._ask(c, filters, now) for c in due]
-
-    def _pull(self, now: float) -> list[Action]:
-        """Ask one random connection for rollouts, not one on trial (`_probe` asks those)."""
-        judged_after = self.config.useless_after_answers
-        if not self._pull_room(now):
-            self.counters["pulls_deferred"] += 1
-            return []
-        others = [c for c in self.conns.values() if not (c.direction == "out" and on_trial(c, judged_after))]
-        if others:
-            return [self._ask(self.rng.choice(others), self._pull_filters(now), now)]
-        if self.conns:
-            return []
-        http_only = [s.addr for s in self.addresses.entries() if s.http_only]
-        if http_only:
-            self.counters["http_pulls"] += 1
-            return [HttpPull(self.rng.choice(http_only), {}, self.config.pull_max, *self._pull_filters(now))]
-        return []
-
-    def _drop_useless(self, now: float) -> list[Action]:
+    def drop_useless(self, now: float) -> list[Action]:
         """Replace at once the outbound neighbours that answered pulls with nothing this node admitted while
         others delivered (GossipSub's delivery deficit): announcing itself earns a place, keeping it
         takes rollouts. Their addresses wait `useless_hold_s` before a new try; in the node's first
@@ -223,9 +159,9 @@ class OutboundLinks:
         links, so that it may dial no more until one proves itself, one of them is replaced every
         `stalled_rotate_s` instead, one not vouched for first. Once settled with a proven link, unproven
         links past as many as are proven (at most `unproven_outbound`) go too (`_excess_unproven`)."""
-        config, outbound = self.config, self._outbound()
+        config, outbound = self.config, self.links.outbound()
         judged_after, min_age_s = config.useless_after_answers, config.useless_min_age_s
-        delivering = any(proven(c) for c in self.conns.values())
+        delivering = any(proven(c) for c in self.links.values())
         dropped, hold = self._useless(outbound, delivering, now), config.useless_hold_s
         if not delivering and len(outbound) >= config.low_outbound and now >= self._next_stalled and self._refillable(now):
             untried = [c for c in outbound if not self._vouched(c)]
@@ -238,9 +174,9 @@ class OutboundLinks:
         for c, until in [(c, now + hold) for c in dropped] + [(c, now + config.rotate_interval_s) for c in excess]:
             if c.addr:
                 self.addresses.hold(c.addr, until)
-            self._forget(c)
-        self.counters["useless_dropped"] += len(dropped)
-        self.counters["excess_dropped"] += len(excess)
+            self.links.forget(c)
+        self.tally.count("useless_dropped", len(dropped))
+        self.tally.count("excess_dropped", len(excess))
         return [Close(c.conn, "rotate") for c in dropped + excess]
 
     def _useless(self, outbound: list[Connection], delivering: bool, now: float) -> list[Connection]:
@@ -272,7 +208,7 @@ class OutboundLinks:
     def _refillable(self, now: float) -> bool:
         """`_replaceable`, and while guarded with `unproven_outbound` untried links or more besides the one to
         go, by an address overlay.guarded_dials lets it dial: a quiet swarm does not wear a node's links down."""
-        outbound = self._outbound()
+        outbound = self.links.outbound()
         if self._guarded(outbound, now) and self._untried(outbound) > self.config.unproven_outbound:
             return self._replaceable(now, vouched_only=True)
         return self._replaceable(now)
@@ -282,20 +218,24 @@ class OutboundLinks:
         due = self.addresses.candidates(now, lambda node: self._not_dialable(node, now), self.dialing)
         return any(is_vouched(s) for s in due) if vouched_only else bool(due)
 
-    def _lister(self, now: float) -> str | None:
+    def lister(self, now: float) -> str | None:
         """Whom to ask for a peer list: a neighbour that delivered rollouts here; while none did, an address
         the user named (bootstrap, LAN) or else any neighbour: addresses that only announce each other do
         not fill the book from their own lists."""
-        earned = [c for c in self.conns.values() if proven(c)]
+        earned = [c for c in self.links.values() if proven(c)]
         named = [s.addr for s in self.addresses.entries() if s.source in ("bootstrap", "mdns")]
         if not earned and named:
             return self.rng.choice(named)
-        return self.exchange.pick_lister(earned or self.conns.values(), now)
+        return self.exchange.pick_lister(earned or self.links.values(), now)
 
-    def _rotate(self, now: float) -> list[Action]:
-        """Replace one outbound neighbour, never one of the `protected_outbound` best-scored ones; or, while
-        settled for fewer links than the configured target, try for one more instead."""
-        outbound = self._outbound()
+    def rotate(self, now: float) -> list[Action]:
+        """Every `rotate_interval_s`: replace one outbound neighbour, never one of the `protected_outbound`
+        best-scored ones; or, while settled for fewer links than the configured target, try for one more
+        instead."""
+        if now < self._next_rotate:
+            return []
+        self._next_rotate = now + self.config.rotate_interval_s
+        outbound = self.links.outbound()
         if len(outbound) < self.target_outbound:
             return []
         if self.target_outbound < self.config.target_outbound:
@@ -312,7 +252,7 @@ class OutboundLinks:
         return [Close(victim.conn, "rotate")]
 
     def _not_dialable(self, node: str, now: float) -> bool:
-        return node == self.node_id or node in self.by_peer or self.peers.is_banned(node, now)
+        return node == self.node_id or self.links.has_peer(node) or self.peers.is_banned(node, now)
 
     def on_dial_failed(self, addr: str, now: float, http_only: bool = False, busy: bool = False) -> list[Action]:
         """Back off from `addr`. A busy node (connection caps reached) is not a failure: it is left alone

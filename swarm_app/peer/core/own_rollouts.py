@@ -8,7 +8,7 @@ core's. Sans-IO: the time is an argument.
 from __future__ import annotations
 
 import logging
-from collections import Counter
+from typing import Callable
 
 from swarm_app.kernel.rollouts import Rollout
 from swarm_app.kernel.tasks import HELDOUT_SEED
@@ -20,16 +20,18 @@ log = logging.getLogger(__name__)
 
 
 class OwnRollouts:
-    def __init__(self, identity: Identity, admission: Admission, counters: Counter[str]) -> None:
-        """`counters`: the core's (published, heldout_dropped, own_rejected)."""
-        self.identity, self.admission, self.counters = identity, admission, counters
+    def __init__(self, identity: Identity, admission: Admission, count: Callable[[str], None]) -> None:
+        """`count`: the core's tally (tally.py) of published, heldout_dropped and own_rejected."""
+        self.identity, self.admission, self.count = identity, admission, count
         self._seq = 0
+        self._heldout_dropped = 0
 
     def sign(self, rollout: Rollout, now: float) -> SignedRollout | None:
         """Sign `rollout` and file it in the pool; None when it must not leave this node."""
         if rollout.ref.seed >= HELDOUT_SEED:  # a bug upstream: held-out items must never leave this node
-            self.counters["heldout_dropped"] += 1
-            (log.warning if self.counters["heldout_dropped"] == 1 else log.debug)(
+            self.count("heldout_dropped")
+            self._heldout_dropped += 1
+            (log.warning if self._heldout_dropped == 1 else log.debug)(
                 "own rollout for held-out item %s #%d not shared: seed %d is reserved for evaluation",
                 rollout.ref.dataset, rollout.ref.index, rollout.ref.seed)
             return None
@@ -39,8 +41,8 @@ class OwnRollouts:
             signed = sign_rollout(self.identity, rollout, self._seq, now_ms)
         except WireError as exc:
             log.warning("own rollout not shared: %s (limit: 64 KiB per group)", exc)
-            self.counters["own_rejected"] += 1
+            self.count("own_rejected")
             return None
         self.admission.admit_own(parse_body(signed.body), signed)
-        self.counters["published"] += 1
+        self.count("published")
         return signed

@@ -1,15 +1,18 @@
 """The sans-IO RSP/1 node core: every protocol decision, none of the I/O.
 
-It owns the live connections (after the handshake), the address book, peer scores and bans, and the
-data plane: publish = sign, file in the pool, push to `push_fanout` random neighbours; every
+`NodeCore` is the face: callers feed it events (`tick`, `on_frame`, `on_connected`, ...) with the current
+time and carry out the returned actions (actions.py: `Dial`, `Send`, `Close`, `FetchPeers`, `HttpPull`;
+`Admitted` is a notice); the I/O shell reads it only through `view` (view.py). Behind the face, each part
+owns its state: `links` (links.py: the live connections and inbound slots, and whom to ask for a
+dial-back), `outbound` (outbound.py: which addresses to dial, which neighbours to drop or replace, whom
+to ask for peer lists), `pulls` (pulls.py: whom to ask for rollouts, within the minute's intake),
+`intake` (intake.py: the admission door, the pool, peer scores and bans, own rollouts out), `exchange`
+(exchange.py: peer lists of signed node records) and `tally` (tally.py: the counters). The face routes
+each event to its owners and orders the tick; it decides nothing they can.
+Data plane: publish = sign, file in the pool, push to `push_fanout` random neighbours; every
 `pull_interval_s` ask one random neighbour for up to `pull_max` fresh rollouts (one per author,
 unheard authors first) while the minute's intake allows (`pulled_per_min_max`); answer pulls from the
 pool; admit what arrives and penalize what is rejected.
-Callers feed it events (`tick`, `on_frame`, `on_connected`, ...) with the current time and carry out
-the returned actions (actions.py: `Dial`, `Send`, `Close`, `FetchPeers`, `HttpPull`; `Admitted` is a
-notice). Its parts live beside it: connections.py (what it keeps of a connection, the inbound slots),
-exchange.py (peer exchange with signed node records), own_rollouts.py (signing its own), overlay.py (which
-neighbours to dial and keep), outbound.py (dialing, judging and replacing them, and whom a pull asks).
 It never reads a clock, sleeps, opens a socket or raises on peer input; randomness comes from the
 injected `random.Random`, so a simulator can run thousands of cores deterministically.
 """
@@ -19,144 +22,117 @@ from __future__ import annotations
 import dataclasses
 import logging
 import random
-from collections import Counter, OrderedDict
 from typing import Any
 
 from swarm_app.kernel.rollouts import Rollout
 from swarm_app.kernel.swarms import DEFAULT_SWARM
-from swarm_app.peer.core.actions import Action, Admitted, Close, FetchPeers, Send
+from swarm_app.peer.core.actions import Action, Close, FetchPeers
 from swarm_app.peer.core.addressbook import AddressBook, format_address, parse_address
-from swarm_app.peer.core.admission import Accepted, Admission
-from swarm_app.peer.core.connections import Connection, InboundSlots
+from swarm_app.peer.core.admission import Admission
+from swarm_app.peer.core.connections import Connection
 from swarm_app.peer.core.exchange import PeerExchange
 from swarm_app.peer.core.heard import HeardFilter
 from swarm_app.peer.core.identity import Identity
+from swarm_app.peer.core.intake import Intake
 from swarm_app.peer.core.limits import ProtocolConfig
-from swarm_app.peer.core.messages import MAX_HAVE, Bye, MessageError, Pull, Push, Sample, decode_frame, fit_items
-from swarm_app.peer.core.outbound import OutboundLinks
+from swarm_app.peer.core.links import Links
+from swarm_app.peer.core.messages import Bye, MessageError, Pull, Push, Sample, decode_frame
+from swarm_app.peer.core.outbound import Outbound
 from swarm_app.peer.core.overlay import DecayingCount
-from swarm_app.peer.core.own_rollouts import OwnRollouts
-from swarm_app.peer.core.pool import PoolEntry
+from swarm_app.peer.core.pulls import Pulls
 from swarm_app.peer.core.ratelimit import TokenBucket
-from swarm_app.peer.core.scores import PeerBook, PeerRecord
-from swarm_app.peer.core.wire import WireError, item_from_json
+from swarm_app.peer.core.scores import PeerBook
+from swarm_app.peer.core.tally import Tally
+from swarm_app.peer.core.view import CoreView
+
+__all__ = ["NodeCore", "ProtocolConfig"]
 
 log = logging.getLogger(__name__)
 
-RELAYED_REASONS = frozenset({"author_rate", "no_signal", "new_author"})
-"""Rejections that count against a peer only when it pushed the rollout (pushes are the sender's own)."""
-SHELL_EVENTS = ("send_dropped", "dial_failures", "http_malformed")
-"""Events only the I/O shell sees, counted through `NodeCore.count`."""
 
-class NodeCore(OutboundLinks):
+class NodeCore:
     def __init__(self, identity: Identity, admission: Admission, config: ProtocolConfig, peers: PeerBook,
                  addresses: AddressBook, rng: random.Random, swarm: str = DEFAULT_SWARM) -> None:
         limits = admission.limits
         if limits.author_rate < config.author_rate or limits.author_burst < config.author_burst:
             raise ValueError("the per-author admission budget is below what an honest author may send; "
                              "build the limits with limits.fitted_limits")
-        self.identity, self.admission, self.config = identity, admission, config
-        self.pool = admission.pool
-        self.peers, self.addresses, self.rng = peers, addresses, rng
-        self.conns: dict[int, Connection] = {}
-        self.by_peer: dict[str, int] = {}
-        self.dialing: set[str] = set()
-        self.inbound = InboundSlots(config.max_inbound, config.max_inbound_per_ip, config.max_inbound_per_network)
-        self.heard: OrderedDict[str, int] = OrderedDict()
-        self.counters: Counter[str] = Counter()
-        self.rejected: Counter[str] = Counter()
-        self.exchange = PeerExchange(identity, swarm, addresses, rng, self.counters, take=config.exchange_take,
+        self.identity, self.config, self.addresses, self.rng = identity, config, addresses, rng
+        node_id = identity.node_id
+        self.tally = Tally()
+        self.links = Links(node_id, config, addresses, self.tally)
+        self.intake = Intake(identity, admission, config, peers, addresses, self.links, rng, self.tally)
+        self.exchange = PeerExchange(identity, swarm, addresses, rng, self.tally.count, take=config.exchange_take,
                                      record_ask_s=config.exchange_interval_s / 30,
                                      ask_again_s=4 * config.exchange_interval_s)
         """Peer exchange: this node's signed record, the records it relays, what it takes (exchange.py)."""
-        self.own = OwnRollouts(identity, admission, self.counters)
-        self._pull_id = 0
-        self._next_pull = self._next_exchange = self._next_rotate = self._next_expire = self._next_standing = 0.0
-        self._own_push = TokenBucket(config.own_push_rate, config.own_push_burst, 0.0)
-        self._init_outbound(config)
+        self.outbound = Outbound(node_id, config, self.links, addresses, peers, self.exchange, rng, self.tally)
+        self.pulls = Pulls(config, self.links, self.intake, addresses, rng, self.tally)
+        self._next_exchange = self._next_expire = self._next_standing = 0.0
+        self._last_exchange = -float("inf")
         self.reachable: bool | None = None
         """Whether peers can dial this node from outside, as dial-back found (None: not known yet)."""
+        self.view = CoreView(self)
+        """What the I/O shell and the views may read of this core (view.py)."""
 
     @property
     def node_id(self) -> str:
         return self.identity.node_id
 
+    @property
+    def peers(self) -> PeerBook:
+        return self.intake.peers
+
     # --- time-driven decisions
 
     def tick(self, now: float) -> list[Action]:
         actions: list[Action] = []
-        self._started = min(self._started, now)
-        self._expire_pending(now)
-        actions += self._drop_useless(now)
-        actions += self._dials(now)
-        actions += self._probe(now)
-        if now >= self._next_pull:
-            self._next_pull = now + self.config.pull_interval_s * self.rng.uniform(0.9, 1.1)
-            actions += self._pull(now)
-        interval = self.config.hungry_exchange_s if self._hungry else self.config.exchange_interval_s
-        if now >= min(self._next_exchange, self._last_exchange + interval) and (lister := self._lister(now)):
-            self._next_exchange, self._last_exchange = now + self.config.exchange_interval_s, now
-            actions.append(FetchPeers(lister))
-        elif missing := self.exchange.missing_record(self.conns.values(), now):
-            actions.append(FetchPeers(missing))
-        if now >= self._next_rotate:
-            self._next_rotate = now + self.config.rotate_interval_s
-            actions += self._rotate(now)
+        self.outbound.start(now)
+        self.pulls.expire(now)
+        actions += self.outbound.drop_useless(now)
+        actions += self.outbound.dials(now)
+        actions += self.pulls.probe(now)
+        actions += self.pulls.pull(now)
+        actions += self._exchange(now)
+        actions += self.outbound.rotate(now)
         if now >= self._next_expire:
             self._next_expire = now + 5.0
-            self.pool.expire(int(now * 1000))
-            self.admission.seen.expire(int(now * 1000))
+            self.intake.expire(now)
         if now >= self._next_standing:
             self._next_standing = now + self.config.standing_refresh_s
-            self._update_standing(now)
+            self.intake.update_standing(now)
         return actions
 
-    def _update_standing(self, now: float) -> None:
-        """Hand the pool each known author's weight in the external draw (sources.Standing)."""
-        standing, limit = self.admission.standing, self.peers.policy.offense_limit
-        homes = standing.homes()
-        weights = {}
-        for author in homes:
-            record = self.peers.peek(author)
-            used, offense = (record.used, record.offense.value(now)) if record else (0, 0.0)
-            weights[author] = standing.weight(author, used, offense, limit, now)
-        self.pool.set_standing(weights, homes)
-
-    def _expire_pending(self, now: float) -> None:
-        for conn in self.conns.values():
-            self.counters["pull_timeouts"] += conn.expire_pulls(now)
+    def _exchange(self, now: float) -> list[Action]:
+        """Ask a neighbour for its peer list every `exchange_interval_s` (`hungry_exchange_s` while dials
+        fall short), else a neighbour whose record this node lacks for that record."""
+        interval = self.config.hungry_exchange_s if self.outbound.hungry else self.config.exchange_interval_s
+        if now >= min(self._next_exchange, self._last_exchange + interval) and (lister := self.outbound.lister(now)):
+            self._next_exchange, self._last_exchange = now + self.config.exchange_interval_s, now
+            return [FetchPeers(lister)]
+        if missing := self.exchange.missing_record(self.links.values(), now):
+            return [FetchPeers(missing)]
+        return []
 
     # --- connections
 
     def reserve_inbound(self, ip: str) -> bool:
         """Claim an inbound slot before the websocket upgrade; False when a cap (total, per address, per
         network) is reached."""
-        return self.inbound.reserve(ip)
+        return self.links.reserve_inbound(ip)
 
     def admit_inbound(self, ip: str, now: float) -> tuple[bool, list[Action]]:
-        """`reserve_inbound`, and when only the total is full, room for a newcomer (a network holding no
-        inbound slot): the idlest inbound connection that sent nothing useful for `idle_inbound_s`, from
-        the network holding the most slots, is closed, and its slot is the newcomer's."""
-        if self.inbound.reserve(ip):
-            return True, []
-        victim = self.inbound.victim(ip, self.conns.values(), now, self.config.idle_inbound_s)
-        if victim is None:
-            return False, []
-        self.counters["inbound_evicted"] += 1
-        self._forget(victim)
-        self.inbound.take(ip)  # over the cap by one until the victim's socket closes and the server releases its slot
-        return True, [Close(victim.conn, "busy")]
+        """`reserve_inbound`, or room made by closing an idle inbound peer (links.Links.admit_inbound)."""
+        return self.links.admit_inbound(ip, now)
 
     def release_inbound(self, ip: str) -> None:
-        self.inbound.release(ip)
+        self.links.release_inbound(ip)
 
     def on_connected(self, conn: int, peer: str, direction: str, dialed: str | None, ip: str,
                      listen: str | None, now: float) -> tuple[str | None, list[Action]]:
         """Register a connection whose handshake succeeded. Returns (refusal reason or None, actions)."""
         if dialed is not None:
-            self.dialing.discard(dialed)
-            self._refund_unverified(dialed)
-            self._busy_streak = 0
+            self.outbound.on_dialed(dialed)
         if peer == self.node_id:
             if dialed:
                 self.addresses.mark_own(dialed)
@@ -165,181 +141,89 @@ class NodeCore(OutboundLinks):
             if dialed:
                 self.addresses.hold(dialed, self.peers.get(peer, now).banned_until)
             return "banned", []
-        actions: list[Action] = []
-        existing = self.conns.get(self.by_peer.get(peer, -1))
-        if existing is not None:
-            keeper = min(self.node_id, peer)  # both ends keep the connection dialed by the smaller id
-            new_dialer = self.node_id if direction == "out" else peer
-            old_dialer = self.node_id if existing.direction == "out" else peer
-            if new_dialer != keeper and old_dialer == keeper:
-                return "duplicate", []
-            actions.append(Close(existing.conn, "duplicate"))
-            self._forget(existing)
-        addr = dialed or self._announced_address(ip, listen)
+        refused, actions = self.links.duplicate(peer, direction)
+        if refused:
+            return "duplicate", []
+        addr = dialed or _announced_address(ip, listen)
         if dialed:
             self.addresses.succeeded(dialed, peer, now)
         elif addr:
             self.addresses.add(addr, "inbound", peer)
-        self.conns[conn] = Connection(conn, peer, direction, addr, now,
-                                      TokenBucket(self.config.conn_rate, self.config.conn_burst, now), ip,
-                                      delivered=DecayingCount(self.config.score_half_life_s, now))
-        self.by_peer[peer] = conn
+        self.links.add(Connection(conn, peer, direction, addr, now,
+                                  TokenBucket(self.config.conn_rate, self.config.conn_burst, now), ip,
+                                  delivered=DecayingCount(self.config.score_half_life_s, now)))
         self.peers.get(peer, now).address = addr
-        if direction == "out" and len(self._outbound()) == 1:
+        if direction == "out" and len(self.links.outbound()) == 1:
             self._next_exchange = now  # first way into the swarm: ask it who else is there
         return None, actions
 
     def on_disconnected(self, conn: int, now: float) -> None:
-        record = self.conns.get(conn)
+        record = self.links.get(conn)
         if record is None:
             return
-        self._forget(record)
-        if record.direction == "out" and record.addr:
-            if record.bye == "busy":
-                self._prune_backoff(record.addr, now)
-            elif now - record.opened < 5.0:
-                self.addresses.failed(record.addr, now)  # dropped at once: do not hammer it
-            else:
-                self.addresses.hold(record.addr, now + self.addresses.backoff_base_s * self.rng.uniform(1, 2))
+        self.links.forget(record)
+        if record.direction == "out":
+            self.outbound.on_closed(record, now)
 
-    def _forget(self, conn: Connection) -> None:
-        self.conns.pop(conn.conn, None)
-        if self.by_peer.get(conn.peer) == conn.conn:
-            del self.by_peer[conn.peer]
-
-    @staticmethod
-    def _announced_address(ip: str, listen: str | None) -> str | None:
-        if not listen:
-            return None
-        try:
-            _, port = parse_address(listen)
-        except ValueError:
-            return None
-        return format_address(ip, port) if port else None
+    def on_dial_failed(self, addr: str, now: float, http_only: bool = False, busy: bool = False) -> list[Action]:
+        """Back off from `addr`; a busy node is asked for its peer list instead (outbound.Outbound)."""
+        return self.outbound.on_dial_failed(addr, now, http_only, busy)
 
     # --- frames from peers
 
     def on_frame(self, conn: int, text: str, now: float) -> list[Action]:
         """Handle one websocket text frame from an established connection."""
-        c = self.conns.get(conn)
+        c = self.links.get(conn)
         if c is None:
             return []
+        penalize = self.intake.penalize
         if not c.bucket.take(now):
-            return self._penalize(c, "conn_rate", now)
+            return penalize(c, "conn_rate", now)
         try:
             msg = decode_frame(text)
         except MessageError as exc:
-            return self._penalize(c, exc.reason, now)
+            return penalize(c, exc.reason, now)
         if isinstance(msg, Push):  # unsolicited rollouts cost a token each: 64 per message is no loophole
             if len(msg.items) > 1 and not c.bucket.take(now, len(msg.items) - 1):
-                return self._penalize(c, "conn_rate", now)
-            return self._receive(c, msg.items, True, now)
+                return penalize(c, "conn_rate", now)
+            return self.intake.receive(c, msg.items, True, now)
         if isinstance(msg, Pull):
             if not c.bucket.take(now, self.config.pull_cost - 1):
-                return self._penalize(c, "conn_rate", now)
-            return [self._answer_pull(c, msg, now)]
+                return penalize(c, "conn_rate", now)
+            return [self.intake.answer_pull(c, msg, now)]
         if isinstance(msg, Sample):
-            if c.pending.pop(msg.re, None) is None:
-                if msg.re not in c.timed_out:
-                    return self._penalize(c, "bad_message", now)
-                c.timed_out.remove(msg.re)  # a busy peer answering after pull_timeout_s: taken, not punished
-                self.counters["late_samples"] += 1
-            c.answers += 1
-            self._note_pulled(len(msg.items), now)
-            return self._receive(c, msg.items, False, now)
+            if not self.pulls.answered(c, msg.re, len(msg.items), now):
+                return penalize(c, "bad_message", now)
+            return self.intake.receive(c, msg.items, False, now)
         if isinstance(msg, Bye):
             c.bye = msg.reason
             return [Close(conn, "")]
-        return self._penalize(c, "bad_message", now)  # a hello or proof after the handshake
+        return penalize(c, "bad_message", now)  # a hello or proof after the handshake
 
     def on_frame_error(self, conn: int, reason: str, now: float) -> list[Action]:
         """A frame the transport refused (too large, binary): count it against the peer."""
-        c = self.conns.get(conn)
-        return self._penalize(c, reason, now) if c is not None else []
+        c = self.links.get(conn)
+        return self.intake.penalize(c, reason, now) if c is not None else []
 
     def on_http_sample(self, addr: str, items: list[Any], now: float) -> list[Action]:
         """Rollouts from an HTTP fallback pull of `addr`."""
         state = self.addresses.get(addr)
         peer = state.node_id if state and state.node_id else f"@{addr}"
         pseudo = Connection(-1, peer, "http", addr, now, TokenBucket(1, 1, now), _host_of(addr))
-        self._note_pulled(len(items), now)
-        return [a for a in self._receive(pseudo, items, False, now) if not isinstance(a, Close)]
-
-    def _answer_pull(self, c: Connection, pull: Pull, now: float) -> Send:
-        self.counters["pulls_served"] += 1
-        signed = self.pool.for_pull(pull.have, min(pull.max, self.config.pull_max), int(now * 1000), c.peer, self.rng,
-                                    int(self.config.pull_fresh_s * 1000), pull.heard or (), pull.held,
-                                    pull.recent or ())
-        return Send(c.conn, {"t": "sample", "re": pull.id, "items": fit_items([s.to_item() for s in signed])})
-
-    def _receive(self, c: Connection, items: list[Any], pushed: bool, now: float) -> list[Action]:
-        sender = self.peers.get(c.peer, now)
-        now_ms = int(now * 1000)
-        actions: list[Action] = []
-        for item in items:
-            sender.received += 1
-            try:
-                verdict = self.admission.admit(item_from_json(item), c.peer, now_ms, c.ip, pushed)
-            except WireError as exc:
-                actions += self._penalize(c, exc.reason, now)
-            else:
-                if isinstance(verdict, Accepted):
-                    c.last_useful = now
-                    c.delivered.add(1.0, now)
-                    if c.direction == "out" and c.addr:
-                        self.addresses.note_useful(c.addr)
-                    self._note_accepted(sender, verdict.entry, now)
-                    actions.append(Admitted(verdict.entry, pushed))
-                else:
-                    # a pull answer relays others' rollouts: its budgets are not the sender's fault
-                    scale = 0.0 if verdict.reason in RELAYED_REASONS and not pushed else 1.0
-                    actions += self._penalize(c, verdict.reason, now, scale)
-            if any(isinstance(a, Close) for a in actions):
-                break  # banned: the rest of the message is not looked at
-        return actions
-
-    def _note_accepted(self, sender: PeerRecord, entry: PoolEntry, now: float) -> None:
-        sender.accepted += 1
-        self.counters["accepted"] += 1
-        self.peers.get(entry.author, now).authored += 1
-        self.heard[entry.author] = max(entry.ts_ms, self.heard.pop(entry.author, 0))
-        while len(self.heard) > MAX_HAVE:
-            self.heard.popitem(last=False)
-
-    def _penalize(self, c: Connection, reason: str, now: float, scale: float = 1.0) -> list[Action]:
-        self.rejected[reason] += 1
-        record = self.peers.get(c.peer, now)
-        if scale == 0.0:
-            record.rejected[reason] += 1
-            return []
-        if not self.peers.penalize(c.peer, reason, now):
-            return []
-        log.warning("peer %s banned for %.0f s after repeated rejections (%s)",
-                    c.peer[:12], record.banned_until - now, dict(record.rejected))
-        if c.addr:
-            self.addresses.hold(c.addr, record.banned_until)
-            self.addresses.discredit(c.addr)
-        self.counters["bans"] += 1
-        return [Close(c.conn, "offender")] if c.conn in self.conns else []
+        self.pulls.note_pulled(len(items), now)
+        return [a for a in self.intake.receive(pseudo, items, False, now) if not isinstance(a, Close)]
 
     # --- own rollouts and training
 
     def publish(self, rollout: Rollout, now: float) -> list[Action]:
         """Sign an own rollout, file it, push it. Nothing when sharing is off."""
         if not self.config.share:
-            self.counters["unshared"] += 1
+            self.tally.count("unshared")
             return []
-        signed = self.own.sign(rollout, now)
-        if signed is None or not self.conns or not self._own_push.take(now):
-            return []
-        targets = self.rng.sample(list(self.conns), min(self.config.push_fanout, len(self.conns)))
-        self.counters["pushes"] += len(targets)
-        return [Send(t, {"t": "push", "items": [signed.to_item()]}) for t in targets]
+        return self.intake.publish(rollout, list(self.links.conns), now)
 
     def record_used(self, author: str, mean_advantage: float, now: float) -> None:
-        record = self.peers.get(author, now)
-        record.used += 1
-        record.advantage_sum += mean_advantage
+        self.intake.record_used(author, mean_advantage, now)
 
     # --- discovery (exchange.py decides)
 
@@ -350,7 +234,7 @@ class NodeCore(OutboundLinks):
 
     def peer_list(self, now: float) -> dict[str, list[Any]]:
         """This node's answer to GET /peers: its own record and those of peers whose address it verified."""
-        return self.exchange.answer([c.peer for c in self._outbound()], now)
+        return self.exchange.answer([c.peer for c in self.links.outbound()], now)
 
     def load_peer_table(self, data: Any) -> int:
         """Addresses saved by an earlier run (the peer table's JSON); returns how many were taken."""
@@ -359,15 +243,13 @@ class NodeCore(OutboundLinks):
     # --- what the I/O shell reports, asks for and changes: it calls these and never writes core state
 
     def count(self, event: str) -> None:
-        """Count an event only the shell sees: one of `SHELL_EVENTS` (a full send queue, a failed dial,
+        """Count an event only the shell sees: one of tally.SHELL_EVENTS (a full send queue, a failed dial,
         a malformed HTTP request)."""
-        if event not in SHELL_EVENTS:
-            raise ValueError(f"unknown shell event {event!r}; one of {', '.join(SHELL_EVENTS)}")
-        self.counters[event] += 1
+        self.tally.count_shell(event)
 
     def on_handshake_failed(self) -> None:
         """A hello that failed either way (timeout, bad frame, bad proof): counted as a rejection."""
-        self.rejected["handshake"] += 1
+        self.tally.reject("handshake")
 
     def on_latency(self, peer: str, rtt_s: float, now: float) -> None:
         """The round trip of a hello with `peer`, kept as its latency for the views."""
@@ -378,10 +260,15 @@ class NodeCore(OutboundLinks):
                           recent: HeardFilter | None = None) -> list[Any]:
         """The answer to GET /sample (the HTTP fallback pull): as a websocket pull is answered, for an
         anonymous requester, at most `pull_max` items."""
-        self.counters["http_samples_served"] += 1
-        signed = self.pool.for_pull(have, max(1, min(limit, self.config.pull_max)), int(now * 1000), "", self.rng,
-                                    int(self.config.pull_fresh_s * 1000), heard or (), held, recent or ())
-        return fit_items([s.to_item() for s in signed])
+        return self.intake.serve_http_sample(have, limit, now, heard, held, recent)
+
+    def dialback_helpers(self, reached: list[str]) -> list[str]:
+        """Whom the shell asks for a dial-back: peers that accept connections, then `reached` (links.py)."""
+        return self.links.dialback_helpers(reached)
+
+    def inbound_neighbours(self) -> list[str]:
+        """Dial-back helpers of last resort: where inbound neighbours say they listen (links.py)."""
+        return self.links.inbound_neighbours()
 
     def set_reachable(self, reachable: bool | None) -> None:
         """What dial-back found: peers can dial this node (True), cannot (False), or not known yet (None)."""
@@ -408,6 +295,16 @@ class NodeCore(OutboundLinks):
         """Dial-back reached `addr` (the shell checked it): it may be advertised, dialed and saved."""
         if node_id != self.node_id:
             self.addresses.verify(addr, node_id)
+
+
+def _announced_address(ip: str, listen: str | None) -> str | None:
+    if not listen:
+        return None
+    try:
+        _, port = parse_address(listen)
+    except ValueError:
+        return None
+    return format_address(ip, port) if port else None
 
 
 def _host_of(addr: str) -> str:

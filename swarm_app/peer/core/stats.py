@@ -1,17 +1,13 @@
 """Read-only snapshots of a node core for the views (TUI peers table, headless lines, tests).
 
-Plain frozen dataclasses built from the core's state in one pass; holding one never keeps the node's
-live state alive or lets a view change it. Sans-IO like the core: the caller passes the time and the
-bound address. Built on the event loop thread (see PeerNode.stats).
+Plain frozen dataclasses, built from the core's state in one pass by view.py's `CoreView.stats`; holding
+one never keeps the node's live state alive or lets a view change it. Built on the event loop thread
+(see PeerNode.stats).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from swarm_app.peer.core.protocol import NodeCore
 
 
 @dataclass(frozen=True)
@@ -82,23 +78,3 @@ class NodeStats:
     @property
     def neighbours(self) -> int:
         return self.inbound + self.outbound
-
-
-def _dialed_ok(core, address: str | None) -> bool:
-    entry = core.addresses.get(address) if address else None
-    return bool(entry is not None and entry.last_ok > 0)
-
-
-def snapshot(core: "NodeCore", address: str | None, now: float) -> NodeStats:
-    connected = {c.peer: c.direction for c in core.conns.values()}
-    rows = tuple(
-        PeerSnapshot(r.node_id, r.address, r.node_id in connected, connected.get(r.node_id),
-                     -round(r.offense.value(now), 3), r.is_banned(now), r.received, r.accepted,
-                     dict(r.rejected), r.authored, r.used, r.mean_advantage, r.last_seen,
-                     _dialed_ok(core, r.address), r.latency_ms)
-        for r in core.peers.records() if r.node_id != core.node_id)
-    directions = list(connected.values())
-    return NodeStats(core.node_id, address, core.config.share, directions.count("in"), directions.count("out"),
-                     len(core.addresses), len(core.pool), core.pool.nbytes, len(core.admission.seen),
-                     core.counters["published"], core.counters["pushes"], core.counters["accepted"], dict(core.rejected),
-                     core.counters["bans"], rows)

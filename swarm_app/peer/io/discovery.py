@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from swarm_app.kernel.files import write_text_atomic
-from swarm_app.peer.core.addressbook import AddressBook, format_address
+from swarm_app.peer.core.addressbook import format_address
 
 log = logging.getLogger(__name__)
 
@@ -42,9 +42,10 @@ def read_peer_table(path: Path) -> Any:
     return data.get("peers") if isinstance(data, dict) else None
 
 
-def save_peer_table(path: Path, book: AddressBook) -> None:
+def save_peer_table(path: Path, peers: list[dict[str, Any]]) -> None:
+    """Write the addresses the core chose to save (`CoreView.peer_table`)."""
     try:
-        write_text_atomic(path, json.dumps({"version": 1, "peers": book.to_json()}, indent=1))
+        write_text_atomic(path, json.dumps({"version": 1, "peers": peers}, indent=1))
     except OSError as exc:
         log.warning("could not save the peer table %s: %s", path, exc)
 

@@ -46,28 +46,28 @@ class NodeCollector:
         self.core, self.gate = core, gate
 
     def collect(self) -> Iterator[Metric]:
-        core = self.core
-        for name in [*COUNTERS, *sorted(set(core.counters) - set(COUNTERS))]:
+        figures = self.core.view.figures()
+        for name in [*COUNTERS, *sorted(set(figures.events) - set(COUNTERS))]:
             family = CounterMetricFamily(f"rsp_{name}", COUNTERS.get(name, f"Node core counter {name}"))
-            family.add_metric([], core.counters[name])
+            family.add_metric([], figures.events.get(name, 0))
             yield family
         rejected = CounterMetricFamily("rsp_rejected", "Rollouts and messages rejected, by reason", labels=["reason"])
-        for reason, count in sorted(core.rejected.items()):
+        for reason, count in sorted(figures.rejected.items()):
             rejected.add_metric([reason], count)
         yield rejected
         records = CounterMetricFamily("rsp_records_rejected", "Node records in peer lists refused, by reason",
                                       labels=["reason"])
-        for reason, count in sorted(core.exchange.rejected.items()):
+        for reason, count in sorted(figures.records_rejected.items()):
             records.add_metric([reason], count)
         yield records
         neighbours = GaugeMetricFamily("rsp_neighbours", "Open peer connections", labels=["direction"])
         for direction in ("in", "out"):
-            neighbours.add_metric([direction], sum(c.direction == direction for c in core.conns.values()))
+            neighbours.add_metric([direction], figures.inbound if direction == "in" else figures.outbound)
         yield neighbours
-        yield GaugeMetricFamily("rsp_pool_rollouts", "Rollouts in the pool", value=len(core.pool))
-        yield GaugeMetricFamily("rsp_pool_bytes", "Body bytes in the pool", value=core.pool.nbytes)
-        yield GaugeMetricFamily("rsp_seen_entries", "Entries in the seen-cache", value=len(core.admission.seen))
-        yield GaugeMetricFamily("rsp_known_addresses", "Addresses in the address book", value=len(core.addresses))
+        yield GaugeMetricFamily("rsp_pool_rollouts", "Rollouts in the pool", value=figures.pool_rollouts)
+        yield GaugeMetricFamily("rsp_pool_bytes", "Body bytes in the pool", value=figures.pool_bytes)
+        yield GaugeMetricFamily("rsp_seen_entries", "Entries in the seen-cache", value=figures.seen_entries)
+        yield GaugeMetricFamily("rsp_known_addresses", "Addresses in the address book", value=figures.known_addresses)
         gate = self.gate
         yield GaugeMetricFamily("rsp_server_connections", "Open TCP connections to the servers", value=gate.open)
         refused = CounterMetricFamily("rsp_connections_refused", "TCP connections closed unread, by cap", labels=["cap"])

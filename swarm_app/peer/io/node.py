@@ -8,6 +8,8 @@ and the pool has its own lock. It makes no protocol decision of its own.
 It also runs the dial-back check (peer/io/reachability.py), whose verdict goes to `NodeCore.set_reachable`
 and the addresses it reached this node at to `NodeCore.set_dialable` (what its signed record names),
 and keeps the refusals of hellos from other swarms and older versions (`refusals`) for the log and views.
+It reads the core only through `NodeCore.view` (core/view.py); whom to ask for a dial-back is the core's
+choice too (`NodeCore.dialback_helpers`).
 
 Constructor (what the session calls):
     PeerNode(config, identity, *, peer_table_path=None, clock=time.time, rng=None, regenerate_task=regenerate)
@@ -46,7 +48,7 @@ from swarm_app.peer.core.messages import Hello
 from swarm_app.peer.core.pool import PoolEntry, RolloutPool, SeenCache
 from swarm_app.peer.core.protocol import NodeCore
 from swarm_app.peer.core.scores import PeerBook
-from swarm_app.peer.core.stats import NodeStats, snapshot
+from swarm_app.peer.core.stats import NodeStats
 from swarm_app.peer.io import client, discovery, server, upnp
 from swarm_app.peer.io.metrics import NodeMetrics
 from swarm_app.peer.io.outbound import Dialer, SendQueues
@@ -233,7 +235,7 @@ class PeerNode:
             await runner.cleanup()
         self._runners.clear()
         if self.peer_table_path is not None:
-            discovery.save_peer_table(self.peer_table_path, self.core.addresses)
+            discovery.save_peer_table(self.peer_table_path, self.core.view.peer_table())
 
     async def _tick_loop(self) -> None:
         await self._ready.wait()  # no dial before the server is bound: a hello must announce our port
@@ -246,7 +248,7 @@ class PeerNode:
                 log.exception("peer tick failed; continuing")
             if self.peer_table_path is not None and now - last_save > TABLE_SAVE_S:
                 last_save = now
-                discovery.save_peer_table(self.peer_table_path, self.core.addresses)
+                discovery.save_peer_table(self.peer_table_path, self.core.view.peer_table())
             await asyncio.sleep(self.config.tick_s)
 
     async def _check_reachability(self) -> None:
@@ -257,7 +259,7 @@ class PeerNode:
         if self._wants_upnp():
             await self._map_port()
         checking = asyncio.create_task(self.dialback.run(self._session, self._dialback_helpers, lambda: self.public_port,
-                                                         self._inbound_neighbours))
+                                                         self.core.inbound_neighbours))
         try:
             while self.mapping is not None:
                 await asyncio.sleep(upnp.LEASE_S / 2)
@@ -283,17 +285,8 @@ class PeerNode:
         self.core.verify_address(addr, node_id)
 
     def _dialback_helpers(self) -> list[str]:
-        """Peers that accept connections: those this node dialed, addresses that worked before, and those it
-        dialed back for their own check."""
-        dialed = [c.addr for c in self.core.conns.values() if c.direction == "out" and c.addr]
-        worked = [s.addr for s in self.core.addresses.entries() if s.last_ok > 0]
-        return dialed + worked + list(self.dialback.reached)
-
-    def _inbound_neighbours(self) -> list[str]:
-        """Where inbound neighbours say they listen (their observed IP, the port they announced): dial-back
-        helpers of last resort, since most may sit behind NAT. A node that most of a small swarm dialed first
-        has fewer other helpers than the confirmations it needs."""
-        return [c.addr for c in self.core.conns.values() if c.direction == "in" and c.addr]
+        """Whom to ask for a dial-back: the core's choice, given those this node dialed back for their own check."""
+        return self.core.dialback_helpers(list(self.dialback.reached))
 
     # --- RolloutExchange (training thread)
 
@@ -326,7 +319,7 @@ class PeerNode:
 
     def connected(self) -> bool:
         """Whether any peer connection is open (read from the training thread: a snapshot of a dict's size)."""
-        return len(self.core.conns) > 0
+        return self.core.view.connected
 
     def _publish_now(self, rollout: Rollout) -> None:
         self._execute(self.core.publish(rollout, self.clock()))
@@ -336,8 +329,8 @@ class PeerNode:
     def stats(self) -> NodeStats:
         """A snapshot for the views. Call it on the event loop thread."""
         state = self.dialback.state
-        return dataclasses.replace(snapshot(self.core, self.address, self.clock()), swarm=self.config.swarm,
-                                   reachable=self.core.reachable,
+        return dataclasses.replace(self.core.view.stats(self.address, self.clock()), swarm=self.config.swarm,
+                                   reachable=self.core.view.reachable,
                                    public_port=0 if self.config.local_only else self.public_port or 0,
                                    witnesses=len(state.confirmed), unreached=len(state.failed),
                                    witnesses_needed=0 if self.config.local_only else state.policy.confirmations,

@@ -177,7 +177,7 @@ async def info(request: web.Request) -> web.Response:
         "protocol": "RSP/1", "v": PROTOCOL_VERSION, "hello": HELLO_VERSION, "record": RECORD_VERSION,
         "swarm": node.config.swarm,
         "node": node.node_id, "key": b64url(node.identity.public_key), "listen": node.address,
-        "reachable": node.core.reachable, "time_ms": int(node.clock() * 1000), "share": node.config.share,
+        "reachable": node.core.view.reachable, "time_ms": int(node.clock() * 1000), "share": node.config.share,
         "software": f"swarm-app/{__version__}"})
 
 
@@ -314,7 +314,7 @@ async def handshake(ws: web.WebSocketResponse, node: ServedNode, ip: str) -> tup
                 node.refused(str(exc), ip)
                 await ws.send_str(encode(swarm_refusal(node.config.swarm)))
                 return None
-            if isinstance(hello, Hello) and node.core.peers.is_banned(hello.node, node.clock()):
+            if isinstance(hello, Hello) and node.core.view.is_banned(hello.node, node.clock()):
                 await ws.send_str(encode({"t": "bye", "reason": "banned"}))  # before spending a signature
                 return None
             await ws.send_str(encode(hs.on_client_hello(hello)))

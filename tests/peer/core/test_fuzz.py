@@ -140,9 +140,9 @@ HUB.peers.policy = type(HUB.peers.policy)(offense_limit=float("inf"))  # keep th
     st.fixed_dictionaries({"t": st.just("sample"), "re": json_values, "items": json_values}),
 ).map(lambda m: m if isinstance(m, str) else json.dumps(m)))
 def test_the_node_core_turns_any_frame_into_actions(text):
-    conn = next(iter(HUB.conns))
-    HUB.conns[conn].bucket.tokens = 1e9  # no rate limit while fuzzing
+    conn = next(iter(HUB.links.conns))
+    HUB.links.conns[conn].bucket.tokens = 1e9  # no rate limit while fuzzing
     actions = HUB.on_frame(conn, text, SIM.now)
     assert isinstance(actions, list) and all(isinstance(a, Action.__args__) for a in actions)
-    assert set(HUB.rejected) <= set(REASONS) | set(MESSAGE_REASONS)
-    assert set(HUB.rejected) <= set(REASON_WEIGHTS)
+    assert set(HUB.tally.rejections()) <= set(REASONS) | set(MESSAGE_REASONS)
+    assert set(HUB.tally.rejections()) <= set(REASON_WEIGHTS)

@@ -68,12 +68,12 @@ def test_unproven_links_past_the_proven_ones_are_dropped_once_settled():
     sim = linked(4)
     core, first = sim.nodes[0].core, sim.now
     core.tick(first)
-    links = [c for c in core.conns.values() if c.direction == "out"]
+    links = [c for c in core.links.conns.values() if c.direction == "out"]
     links[0].delivered.add(1.0, first)  # one delivered a rollout admitted here: proven
     assert not [a for a in core.tick(first + 1) if isinstance(a, Close)]  # a newcomer keeps its trials
     closed = [a for a in core.tick(first + CONFIG.settle_after_s + 1) if isinstance(a, Close)]
     assert len(closed) == 3 - 1  # one proven link: one unproven one stays
-    assert links[0].conn in core.conns
+    assert links[0].conn in core.links.conns
 
 
 def test_a_young_node_drops_a_useless_link_only_when_another_address_is_due():
@@ -86,7 +86,7 @@ def test_a_young_node_drops_a_useless_link_only_when_another_address_is_due():
         assert sim.dial(0, sim.nodes[k].addr)
     first = sim.now
     core.tick(first)
-    by_addr = {c.addr: c for c in core.conns.values()}
+    by_addr = {c.addr: c for c in core.links.conns.values()}
     by_addr[sim.nodes[3].addr].delivered.add(1.0, first)  # another link delivered
     for k in (1, 2):
         by_addr[sim.nodes[k].addr].answers = CONFIG.useless_after_answers  # these answered with nothing

@@ -47,15 +47,15 @@ def test_a_late_pull_answer_is_taken_and_an_unasked_one_is_still_punished():
     sim = Simulation(2, ProtocolConfig(pull_interval_s=1.0, pull_timeout_s=0.5), seed=3)
     sim.dial(1, sim.nodes[0].addr)
     core = sim.nodes[0].core
-    conn = next(iter(core.conns))
+    conn = next(iter(core.links.conns))
     pull = next(a for a in core.tick(sim.now + 0.1) if isinstance(a, Send) and a.message["t"] == "pull")
     core.tick(sim.now + 2.0)  # the answer did not come within pull_timeout_s
-    assert core.counters["pull_timeouts"] == 1
+    assert core.tally["pull_timeouts"] == 1
     late = f'{{"t":"sample","re":{pull.message["id"]},"items":[]}}'
     assert core.on_frame(conn, late, sim.now + 2.5) == []
-    assert core.counters["late_samples"] == 1 and "bad_message" not in core.rejected
+    assert core.tally["late_samples"] == 1 and "bad_message" not in core.tally.rejections()
     core.on_frame(conn, late, sim.now + 2.6)  # the same answer twice, or one never asked for: unsolicited
-    assert core.rejected["bad_message"] == 1
+    assert core.tally.rejections()["bad_message"] == 1
 
 
 async def test_two_fast_honest_nodes_publishing_thousands_never_ban_each_other():

@@ -137,23 +137,23 @@ def test_a_node_whose_dials_meet_full_nodes_settles_for_the_links_it_has_and_tri
     core.tick(sim.now)
     for k in range(2 * config.busy_streak):  # a newcomer finds the nodes it hears of first full: not counted
         core.on_dial_failed(f"10.8.{k}.1:4747", sim.now, busy=True)
-    assert core.target_outbound == config.target_outbound
+    assert core.outbound.target_outbound == config.target_outbound
     sim.run(config.settle_after_s)
     core.add_address("10.9.0.1:4747", "bootstrap")
     for _ in range(config.busy_streak):
         core.on_dial_failed("10.9.0.1:4747", sim.now, busy=True)  # a full bootstrap: expected, not counted
-    assert core.target_outbound == config.target_outbound
+    assert core.outbound.target_outbound == config.target_outbound
     full = [f"10.9.{k + 1}.1:4747" for k in range(10 * config.busy_streak)]
     for addr in full[:config.busy_streak]:
         core.on_dial_failed(addr, sim.now, busy=True)
-    assert core.target_outbound == config.target_outbound - 1  # one link fewer per streak of full answers
+    assert core.outbound.target_outbound == config.target_outbound - 1  # one link fewer per streak of full answers
     for addr in full[config.busy_streak:]:
         core.on_dial_failed(addr, sim.now, busy=True)
-    assert core.target_outbound == config.min_outbound == 2
+    assert core.outbound.target_outbound == config.min_outbound == 2
     assert not [a for a in core.tick(sim.now + 0.5) if isinstance(a, Dial)]
     core.add_address(sim.nodes[3].addr, "exchange")
     sim.run(config.rotate_interval_s + 2)  # one rotation interval: it asks for one link more, and gets it
-    assert core.target_outbound >= 3 and sum(c.direction == "out" for c in core.conns.values()) == 3
+    assert core.outbound.target_outbound >= 3 and sum(c.direction == "out" for c in core.links.conns.values()) == 3
 
 
 def small(nodes: int, **changes) -> Scenario:

@@ -30,12 +30,12 @@ def test_simulated_swarm_of_30_meshes_and_every_node_hears_every_author():
     authors = {n.core.node_id for n in sim.nodes}
     for _ in range(60):
         sim.run(1)
-        if all(authors - {n.core.node_id} <= set(n.core.heard) for n in sim.nodes):
+        if all(authors - {n.core.node_id} <= set(n.core.intake.heard) for n in sim.nodes):
             break
-    assert all(authors - {n.core.node_id} <= set(n.core.heard) for n in sim.nodes)
+    assert all(authors - {n.core.node_id} <= set(n.core.intake.heard) for n in sim.nodes)
     print(f"\nsimulated 30 nodes: all authors heard {sim.now - START - 5:.1f} simulated s after publishing")
     assert sim.now - START < 70
-    outbound = [sum(c.direction == "out" for c in n.core.conns.values()) for n in sim.nodes[1:]]
+    outbound = [sum(c.direction == "out" for c in n.core.links.conns.values()) for n in sim.nodes[1:]]
     assert min(outbound) >= 2 and max(outbound) <= FAST.target_outbound  # node 0, the bootstrap, only accepts
 
 
@@ -68,7 +68,7 @@ def test_push_goes_to_two_random_neighbours_and_covers_them_all():
     hub = sim.nodes[0].core
     for k in range(1, 6):
         sim.dial(k, sim.nodes[0].addr)
-    assert len(hub.conns) == 5
+    assert len(hub.links.conns) == 5
     hit = Counter()
     for rollout in make_rollouts(40, seed=5):
         sends = [a for a in hub.publish(rollout, sim.now) if isinstance(a, Send)]
@@ -83,7 +83,7 @@ def test_own_pushes_respect_the_rate_peers_accept():
     sim.dial(1, sim.nodes[0].addr)
     core = sim.nodes[0].core
     sends = sum(isinstance(a, Send) for r in make_rollouts(20, seed=6) for a in core.publish(r, sim.now))
-    assert sends == 5 and core.counters["published"] == 20  # the rest is still served to pulls
+    assert sends == 5 and core.tally["published"] == 20  # the rest is still served to pulls
 
 
 def test_pulls_go_to_one_neighbour_per_interval_with_what_we_have():
@@ -91,7 +91,7 @@ def test_pulls_go_to_one_neighbour_per_interval_with_what_we_have():
     sim.dial(1, sim.nodes[0].addr)
     sim.dial(2, sim.nodes[0].addr)
     hub = sim.nodes[0].core
-    hub.heard["someauthor"] = int(START * 1000)
+    hub.intake.heard["someauthor"] = int(START * 1000)
     pulls = []
     now = START
     while now < START + 20:
@@ -111,7 +111,7 @@ def test_pulls_wait_while_the_last_minutes_answers_fill_the_intake_budget():
     sim.dial(0, sim.nodes[1].addr)
     sim.run(2.0)
     core, now = sim.nodes[0].core, sim.now  # from here on driven by hand: node 1 never sees the pulls
-    conn = next(iter(core.conns))
+    conn = next(iter(core.links.conns))
 
     def pulls_until(end):
         nonlocal now
@@ -133,7 +133,7 @@ def test_pulls_wait_while_the_last_minutes_answers_fill_the_intake_budget():
     answer(first[1][1], 61)
     answered_at = now
     assert pulls_until(answered_at + 55.0) == []  # 40 rollouts came within the minute
-    assert core.counters["pulls_deferred"] >= 50
+    assert core.tally["pulls_deferred"] >= 50
     assert len(pulls_until(answered_at + 62.0)) >= 1  # they left the minute
 
 
@@ -141,7 +141,7 @@ def test_offenders_are_banned_with_growing_bans_and_refused_meanwhile():
     sim = Simulation(2, FAST, seed=6)
     sim.dial(1, sim.nodes[0].addr)
     hub, bad = sim.nodes[0].core, sim.nodes[1].core
-    conn = next(iter(hub.conns))
+    conn = next(iter(hub.links.conns))
     closes = []
     for k in range(20):
         closes += [a for a in hub.on_frame(conn, "junk", sim.now) if isinstance(a, Close)]
@@ -164,9 +164,9 @@ def test_duplicate_connections_both_ends_keep_the_same_one():
     sim.dial(0, sim.nodes[1].addr)
     sim.dial(1, sim.nodes[0].addr)
     a, b = sim.nodes[0].core, sim.nodes[1].core
-    assert len(a.conns) == 1 and len(b.conns) == 1
+    assert len(a.links.conns) == 1 and len(b.links.conns) == 1
     keeper = min(a.node_id, b.node_id)
-    kept_dialer = a.node_id if next(iter(a.conns.values())).direction == "out" else b.node_id
+    kept_dialer = a.node_id if next(iter(a.links.conns.values())).direction == "out" else b.node_id
     assert kept_dialer == keeper
 
 
@@ -176,10 +176,10 @@ def test_rotation_replaces_one_outbound_neighbour():
     for node in sim.nodes[1:]:
         sim.nodes[0].core.addresses.add(node.addr, "exchange")
     sim.run(1)
-    first = {c.peer for c in sim.nodes[0].core.conns.values() if c.direction == "out"}
+    first = {c.peer for c in sim.nodes[0].core.links.conns.values() if c.direction == "out"}
     assert len(first) == 2
     sim.run(65)
-    later = {c.peer for c in sim.nodes[0].core.conns.values() if c.direction == "out"}
+    later = {c.peer for c in sim.nodes[0].core.links.conns.values() if c.direction == "out"}
     assert len(later) == 2 and later != first
 
 
@@ -203,7 +203,7 @@ def test_http_fallback_pull_when_only_http_works():
     pulls = [x for x in actions if isinstance(x, HttpPull)]
     assert len(pulls) == 1 and pulls[0].addr == sim.nodes[1].addr
     sim.execute(0, actions)
-    assert a.counters["accepted"] == 1
+    assert a.tally["accepted"] == 1
 
 
 def test_a_busy_node_is_still_asked_for_its_peers_and_exchange_fills_the_book():
@@ -247,8 +247,8 @@ def test_a_node_never_publishes_a_heldout_rollout(caplog):
     heldout = dataclasses.replace(rollout, ref=dataclasses.replace(rollout.ref, seed=HELDOUT_SEED))
     with caplog.at_level(logging.WARNING, logger="swarm_app.peer.core.protocol"):
         assert core.publish(heldout, sim.now) == [] and core.publish(heldout, sim.now) == []
-    assert core.counters["heldout_dropped"] == 2 and core.counters["published"] == 0 and len(core.pool) == 0
+    assert core.tally["heldout_dropped"] == 2 and core.tally["published"] == 0 and len(core.intake.pool) == 0
     assert [r.levelname for r in caplog.records] == ["WARNING"] and "held-out" in caplog.records[0].getMessage()
     assert any(isinstance(a, Send) for a in core.publish(rollout, sim.now))  # an ordinary one still goes out
     sim.run(3)
-    assert {e.rollout.ref.seed for e in sim.nodes[1].core.pool._entries.values()} == {rollout.ref.seed}
+    assert {e.rollout.ref.seed for e in sim.nodes[1].core.intake.pool._entries.values()} == {rollout.ref.seed}

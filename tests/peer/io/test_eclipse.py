@@ -107,7 +107,7 @@ async def publish_forever(nodes: list[PeerNode]) -> None:
 
 
 def outbound_hosts(node: PeerNode) -> list[str]:
-    return [c.ip for c in node.core.conns.values() if c.direction == "out"]
+    return [c.ip for c in node.core.links.conns.values() if c.direction == "out"]
 
 
 async def sample_links(nodes: list[PeerNode], hostile: set[str], seconds: float) -> list[list[tuple[int, int]]]:
@@ -168,7 +168,7 @@ async def test_sixty_announcing_servers_hold_at_most_3_of_8_outbound_links_and_n
         known = [sum(s.addr and host_of(s.addr) in hostile for s in n.core.addresses.entries())
                  for n in (victim, neighbour)]
         dialed_back = sum(h.dialed_back for h in crowd)
-        counters = {k: victim.core.counters[k] for k in ("useless_dropped", "pulls", "dial_failures")}
+        counters = {k: victim.core.tally[k] for k in ("useless_dropped", "pulls", "dial_failures")}
         await victim.stop()  # under attack: the table it saves is the one a restart dials first
     saved = [host_of(entry["addr"]) in hostile for entry in read_peer_table(table) or []]
     shares = [max(h for h, _ in points) for points in series]
@@ -206,7 +206,7 @@ async def test_a_poisoned_peer_list_costs_no_more_dials_than_the_unverified_budg
         await asyncio.sleep(POISON_S)
         elapsed = time.monotonic() - started
         taken = sum(s.source == "exchange" for s in node.core.addresses.entries())
-        failures = node.core.counters["dial_failures"]
+        failures = node.core.tally["dial_failures"]
     finally:
         await node.stop()
         await poisoner.stop()

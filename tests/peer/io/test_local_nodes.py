@@ -128,7 +128,7 @@ async def test_each_node_has_its_own_metrics_registry():
     from tests.peer.helpers import fast_config
 
     a, b = PeerNode(fast_config(), Identity.generate()), PeerNode(fast_config(), Identity.generate())
-    a.core.counters["published"] = 3
+    a.core.tally.count("published", 3)
     assert b"rsp_published_total 3.0" in a.metrics.render()[0]
     assert b"rsp_published_total 0.0" in b.metrics.render()[0]
 

@@ -107,7 +107,7 @@ async def test_an_unreachable_bootstrap_never_stops_the_node():
     node = PeerNode(with_bootstrap(fast_config(), dead), Identity.generate())
     await node.start()
     try:
-        assert await wait_for(lambda: node.core.counters["dial_failures"] >= 3, timeout_s=15)
+        assert await wait_for(lambda: node.core.tally["dial_failures"] >= 3, timeout_s=15)
         state = node.core.addresses.get(dead)
         assert state.failures >= 3 and state.next_attempt > node.clock()  # backing off, not hammering
         for rollout in make_rollouts(2, seed=31):

@@ -115,7 +115,7 @@ async def test_a_websocket_peer_that_stops_reading_is_dropped_and_its_connection
             dropped = await wait_for(lambda: not node.send_queues.links, 10.0)
             took = time.monotonic() - started
             freed = await wait_for(lambda: node.gate.open == open_before, 5.0)
-            counters = dict(node.core.counters)
+            counters = node.core.tally.events()
             ws.abort()
     print(f"\nslow websocket reader of {pulls} answers dropped after {took:.1f} s; counters {json.dumps(counters)}")
     assert dropped and took < 8.0, "the peer that stopped reading is still connected"

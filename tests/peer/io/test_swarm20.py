@@ -21,7 +21,7 @@ async def test_twenty_nodes_every_node_hears_every_author():
         authors = {node.node_id for node in nodes}
 
         def missing() -> int:
-            return sum(len(authors - {node.node_id} - set(node.core.heard)) for node in nodes)
+            return sum(len(authors - {node.node_id} - set(node.core.intake.heard)) for node in nodes)
 
         while missing() and time.monotonic() - started < 60:
             await asyncio.sleep(0.2)

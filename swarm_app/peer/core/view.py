@@ -1,0 +1,88 @@
+"""What the I/O shell and the views may read of a node core: `CoreView`, a read-only face over its owners.
+
+peer/io reads the core only through this (and changes it only through `NodeCore`'s methods): whether any
+peer is connected, the dial-back verdict, whether a peer is banned, the peer table to save, the figures
+for /metrics (`figures`, a frozen copy) and the views' snapshot (`stats`, stats.py's `NodeStats`). It
+hands out copies and answers, never the live tables. Sans-IO: the time is an argument.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from swarm_app.peer.core.stats import NodeStats, PeerSnapshot
+
+if TYPE_CHECKING:
+    from swarm_app.peer.core.protocol import NodeCore
+
+
+@dataclass(frozen=True)
+class CoreFigures:
+    """The core's figures at one moment, for /metrics."""
+
+    events: dict[str, int]
+    """The tally's counters by name (tally.py)."""
+    rejected: dict[str, int]
+    """Rollouts, messages and handshakes refused, by reason."""
+    records_rejected: dict[str, int]
+    """Node records in peer lists refused, by reason (exchange.py)."""
+    inbound: int
+    outbound: int
+    pool_rollouts: int
+    pool_bytes: int
+    seen_entries: int
+    known_addresses: int
+
+
+class CoreView:
+    def __init__(self, core: "NodeCore") -> None:
+        self._core = core
+
+    @property
+    def connected(self) -> bool:
+        """Whether any peer connection is open (safe from another thread: the size of a dict)."""
+        return len(self._core.links) > 0
+
+    @property
+    def reachable(self) -> bool | None:
+        return self._core.reachable
+
+    @property
+    def sharing(self) -> bool:
+        return self._core.config.share
+
+    def is_banned(self, node: str, now: float) -> bool:
+        return self._core.peers.is_banned(node, now)
+
+    def peer_table(self) -> list[dict[str, Any]]:
+        """The addresses worth saving for the next run (addressbook.AddressBook.to_json)."""
+        return self._core.addresses.to_json()
+
+    def figures(self) -> CoreFigures:
+        core = self._core
+        directions = [c.direction for c in core.links.values()]
+        return CoreFigures(core.tally.events(), core.tally.rejections(), dict(core.exchange.rejected),
+                           directions.count("in"), directions.count("out"), len(core.intake.pool),
+                           core.intake.pool.nbytes, len(core.intake.admission.seen), len(core.addresses))
+
+    def stats(self, address: str | None, now: float) -> NodeStats:
+        """A snapshot for the views: the node, its figures and one row per peer it knows."""
+        core = self._core
+        connected = {c.peer: c.direction for c in core.links.values()}
+        rows = tuple(
+            PeerSnapshot(r.node_id, r.address, r.node_id in connected, connected.get(r.node_id),
+                         -round(r.offense.value(now), 3), r.is_banned(now), r.received, r.accepted,
+                         dict(r.rejected), r.authored, r.used, r.mean_advantage, r.last_seen,
+                         self._dialed_ok(r.address), r.latency_ms)
+            for r in core.peers.records() if r.node_id != core.node_id)
+        directions = list(connected.values())
+        tally, pool = core.tally, core.intake.pool
+        return NodeStats(core.node_id, address, core.config.share, directions.count("in"), directions.count("out"),
+                         len(core.addresses), len(pool), pool.nbytes, len(core.intake.admission.seen),
+                         tally["published"], tally["pushes"], tally["accepted"], tally.rejections(),
+                         tally["bans"], rows)
+
+    def _dialed_ok(self, address: str | None) -> bool:
+        entry = self._core.addresses.get(address) if address else None
+        return bool(entry is not None and entry.last_ok > 0)
