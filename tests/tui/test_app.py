@@ -79,9 +79,9 @@ async def test_s_toggles_sharing_on_the_peer_node(stub_model, tmp_path):
         await wait_for(pilot, lambda: session.peer_node is not None and rounds_done(events))
         await pilot.press("s")
         await wait_for(pilot, lambda: any(isinstance(e, SharingChanged) for e in events))
-        assert session.peer_node.core.config.share is False
+        assert session.peer_node.core.view.sharing is False
         await pilot.press("s")
-        await wait_for(pilot, lambda: session.peer_node.core.config.share is True)
+        await wait_for(pilot, lambda: session.peer_node.core.view.sharing is True)
         await pilot.press("q")
         await wait_for(pilot, lambda: any(isinstance(e, RunStopped) for e in events))
 

@@ -48,6 +48,8 @@ class Intake:
         """Author -> the newest time (ms) of a rollout admitted from it, the `MAX_HAVE` latest authors."""
         self.own = OwnRollouts(identity, admission, tally.count)
         self._own_push = TokenBucket(config.own_push_rate, config.own_push_burst, 0.0)
+        self.sharing = config.share
+        """Own rollouts are pushed and served (True) or kept (False); the face's `set_sharing` changes it."""
 
     # --- peers' rollouts in
 
@@ -119,7 +121,11 @@ class Intake:
         return fit_items([s.to_item() for s in signed])
 
     def publish(self, rollout: Rollout, conns: list[int], now: float) -> list[Action]:
-        """Sign an own rollout, file it, push it to `push_fanout` of `conns` (while the own-push budget lasts)."""
+        """Sign an own rollout, file it, push it to `push_fanout` of `conns` (while the own-push budget lasts).
+        Nothing while sharing is off."""
+        if not self.sharing:
+            self.tally.count("unshared")
+            return []
         signed = self.own.sign(rollout, now)
         if signed is None or not conns or not self._own_push.take(now):
             return []

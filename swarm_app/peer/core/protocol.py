@@ -19,7 +19,6 @@ injected `random.Random`, so a simulator can run thousands of cores deterministi
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import random
 from typing import Any
@@ -70,9 +69,7 @@ class NodeCore:
         self.pulls = Pulls(config, self.links, self.intake, addresses, rng, self.tally)
         self._next_exchange = self._next_expire = self._next_standing = 0.0
         self._last_exchange = -float("inf")
-        self.reachable: bool | None = None
-        """Whether peers can dial this node from outside, as dial-back found (None: not known yet)."""
-        self.view = CoreView(self)
+        self.view = CoreView(node_id, self.links, self.intake, self.exchange, addresses, self.tally)
         """What the I/O shell and the views may read of this core (view.py)."""
 
     @property
@@ -82,6 +79,11 @@ class NodeCore:
     @property
     def peers(self) -> PeerBook:
         return self.intake.peers
+
+    @property
+    def reachable(self) -> bool | None:
+        """Whether peers can dial this node from outside, as dial-back found (None: not known yet)."""
+        return self.exchange.reachable
 
     # --- time-driven decisions
 
@@ -217,9 +219,6 @@ class NodeCore:
 
     def publish(self, rollout: Rollout, now: float) -> list[Action]:
         """Sign an own rollout, file it, push it. Nothing when sharing is off."""
-        if not self.config.share:
-            self.tally.count("unshared")
-            return []
         return self.intake.publish(rollout, list(self.links.conns), now)
 
     def record_used(self, author: str, mean_advantage: float, now: float) -> None:
@@ -272,7 +271,7 @@ class NodeCore:
 
     def set_reachable(self, reachable: bool | None) -> None:
         """What dial-back found: peers can dial this node (True), cannot (False), or not known yet (None)."""
-        self.reachable = self.exchange.reachable = reachable
+        self.exchange.reachable = reachable
 
     def set_dialable(self, addrs: list[str]) -> None:
         """The addresses dial-back reached this node at ([] while none): its signed record names them."""
@@ -280,7 +279,7 @@ class NodeCore:
 
     def set_sharing(self, share: bool) -> None:
         """Push own rollouts to peers (True) or keep them (False), from the next one on."""
-        self.config = dataclasses.replace(self.config, share=share)
+        self.intake.sharing = share
 
     def add_address(self, addr: str, source: str, node_id: str | None = None) -> None:
         """An address to dial from outside the protocol: a bootstrap flag, LAN discovery."""

@@ -9,12 +9,14 @@ hands out copies and answers, never the live tables. Sans-IO: the time is an arg
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from swarm_app.peer.core.addressbook import AddressBook
+from swarm_app.peer.core.exchange import PeerExchange
+from swarm_app.peer.core.intake import Intake
+from swarm_app.peer.core.links import Links
 from swarm_app.peer.core.stats import NodeStats, PeerSnapshot
-
-if TYPE_CHECKING:
-    from swarm_app.peer.core.protocol import NodeCore
+from swarm_app.peer.core.tally import Tally
 
 
 @dataclass(frozen=True)
@@ -36,53 +38,55 @@ class CoreFigures:
 
 
 class CoreView:
-    def __init__(self, core: "NodeCore") -> None:
-        self._core = core
+    def __init__(self, node_id: str, links: Links, intake: Intake, exchange: PeerExchange, addresses: AddressBook,
+                 tally: Tally) -> None:
+        self.node_id = node_id
+        self._links, self._intake, self._exchange, self._addresses, self._tally = links, intake, exchange, addresses, tally
 
     @property
     def connected(self) -> bool:
         """Whether any peer connection is open (safe from another thread: the size of a dict)."""
-        return len(self._core.links) > 0
+        return len(self._links) > 0
 
     @property
     def reachable(self) -> bool | None:
-        return self._core.reachable
+        """Whether peers can dial this node from outside, as dial-back found (None: not known yet)."""
+        return self._exchange.reachable
 
     @property
     def sharing(self) -> bool:
-        return self._core.config.share
+        return self._intake.sharing
 
     def is_banned(self, node: str, now: float) -> bool:
-        return self._core.peers.is_banned(node, now)
+        return self._intake.peers.is_banned(node, now)
 
     def peer_table(self) -> list[dict[str, Any]]:
         """The addresses worth saving for the next run (addressbook.AddressBook.to_json)."""
-        return self._core.addresses.to_json()
+        return self._addresses.to_json()
 
     def figures(self) -> CoreFigures:
-        core = self._core
-        directions = [c.direction for c in core.links.values()]
-        return CoreFigures(core.tally.events(), core.tally.rejections(), dict(core.exchange.rejected),
-                           directions.count("in"), directions.count("out"), len(core.intake.pool),
-                           core.intake.pool.nbytes, len(core.intake.admission.seen), len(core.addresses))
+        directions = [c.direction for c in self._links.values()]
+        pool = self._intake.pool
+        return CoreFigures(self._tally.events(), self._tally.rejections(), dict(self._exchange.rejected),
+                           directions.count("in"), directions.count("out"), len(pool), pool.nbytes,
+                           len(self._intake.admission.seen), len(self._addresses))
 
     def stats(self, address: str | None, now: float) -> NodeStats:
         """A snapshot for the views: the node, its figures and one row per peer it knows."""
-        core = self._core
-        connected = {c.peer: c.direction for c in core.links.values()}
+        connected = {c.peer: c.direction for c in self._links.values()}
         rows = tuple(
             PeerSnapshot(r.node_id, r.address, r.node_id in connected, connected.get(r.node_id),
                          -round(r.offense.value(now), 3), r.is_banned(now), r.received, r.accepted,
                          dict(r.rejected), r.authored, r.used, r.mean_advantage, r.last_seen,
                          self._dialed_ok(r.address), r.latency_ms)
-            for r in core.peers.records() if r.node_id != core.node_id)
+            for r in self._intake.peers.records() if r.node_id != self.node_id)
         directions = list(connected.values())
-        tally, pool = core.tally, core.intake.pool
-        return NodeStats(core.node_id, address, core.config.share, directions.count("in"), directions.count("out"),
-                         len(core.addresses), len(pool), pool.nbytes, len(core.intake.admission.seen),
+        tally, pool = self._tally, self._intake.pool
+        return NodeStats(self.node_id, address, self._intake.sharing, directions.count("in"), directions.count("out"),
+                         len(self._addresses), len(pool), pool.nbytes, len(self._intake.admission.seen),
                          tally["published"], tally["pushes"], tally["accepted"], tally.rejections(),
                          tally["bans"], rows)
 
     def _dialed_ok(self, address: str | None) -> bool:
-        entry = self._core.addresses.get(address) if address else None
+        entry = self._addresses.get(address) if address else None
         return bool(entry is not None and entry.last_ok > 0)
