@@ -1,6 +1,6 @@
 """The node's outbound side on aiohttp: what it writes to its websockets, and the connections and HTTP calls
 it opens. It carries out the core's `Send`, `Close`, `Dial`, `FetchPeers` and `HttpPull` actions (most of
-them chosen by core/outbound.py), as core/reachability.py's verdicts are carried out by io/reachability.py.
+them chosen by core/outbound.py and core/pulls.py), as core/reachability.py's verdicts are carried out by io/reachability.py.
 
 - `SendQueues`: one bounded send queue and writer task per established websocket, inbound or outbound.
   A peer that stops reading is cut off (RST) and its queue freed, so a slow reader cannot grow memory.
