@@ -185,8 +185,6 @@ class ModelSpec:
 
 class Backend(ABC):
     name: ClassVar[str]
-    supports_training: ClassVar[bool] = True
-    """False for engines that can only generate: the registry never picks them for a training run."""
     adapter_format: ClassVar[str] = "peft"
     """What save_adapter writes: "peft" (adapter_config.json + adapter_model.safetensors) or the engine's
     own format. A checkpoint resumes only on an engine with the same format."""

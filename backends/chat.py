@@ -5,6 +5,7 @@ that end a completion. Imports transformers only inside `load_tokenizer`; never 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from backends.base import BackendError, Messages
@@ -21,12 +22,37 @@ def model_folder(path: str) -> Path:
     return folder
 
 
-def check_model_folder(folder: Path) -> None:
+def model_folder_problem(folder: Path) -> str | None:
+    """What keeps `folder` from being a model folder an engine can open, or None: the one rule, which the
+    app checks before any engine loads (swarm_app/session/model.py) and every engine checks again. A fast
+    tokenizer (tokenizer.json) is required: load_tokenizer reads exactly that file, never tokenizer.model."""
+    if not folder.is_dir():
+        return f"{folder} is not a folder; pass a Hugging Face model folder"
     if not (folder / "config.json").is_file():
-        raise BackendError(f"{folder} has no config.json: point to a model folder written by save_pretrained")
+        return f"{folder} has no config.json; pass a Hugging Face model folder (save_pretrained output)"
     if not (folder / "tokenizer.json").is_file():
-        raise BackendError(f"{folder} has no tokenizer.json: save the model's fast tokenizer into it "
-                           "(AutoTokenizer.from_pretrained(...).save_pretrained(folder))")
+        return (f"{folder} has no tokenizer (tokenizer.json); save the model's fast tokenizer into it "
+                "(AutoTokenizer.from_pretrained(...).save_pretrained(folder))")
+    if not _has_chat_template(folder):
+        return (f"{folder} has no chat template; use an instruct/chat model or add chat_template to "
+                "tokenizer_config.json")
+    return None
+
+
+def _has_chat_template(folder: Path) -> bool:
+    if (folder / "chat_template.jinja").is_file() or (folder / "chat_template.json").is_file():
+        return True
+    try:
+        config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return bool(config.get("chat_template"))
+
+
+def check_model_folder(folder: Path) -> None:
+    problem = model_folder_problem(folder)
+    if problem is not None:
+        raise BackendError(problem)
 
 
 def load_tokenizer(folder: Path):

@@ -1,9 +1,8 @@
 """Backend names -> classes, imported only when chosen; the automatic choice; what each engine can do.
 
 Automatic choice: CUDA > Apple MLX > llama.cpp > torch CPU, among the engines registered here and usable
-on this machine (an engine's module imports nothing heavy, so reading its flags is cheap). Training runs
-only pick engines with `supports_training`; a checkpoint resumes only on an engine with the same
-adapter format.
+on this machine (an engine's module imports nothing heavy, so reading its flags is cheap). Every engine
+trains; a checkpoint resumes only on an engine with the same adapter format.
 Cheap to import: swarm_app/kernel/settings.py lists ENGINES for `--backend`, and every `swarm` command
 (`--help` too) imports the settings, so base.py (the contract's classes, most of them dataclasses) is
 imported only once an engine is looked up.
@@ -38,7 +37,6 @@ MLX on Apple silicon, llama.cpp, torch on CPU."""
 class Capabilities:
     """An engine's flags as the session and `swarm doctor` read them."""
 
-    training: bool
     adapter_format: str
 
 
@@ -57,7 +55,7 @@ def backend_class(name: str) -> type[Backend]:
 
 def capabilities(name: str) -> Capabilities:
     cls = backend_class(name)
-    return Capabilities(cls.supports_training, cls.adapter_format)
+    return Capabilities(cls.adapter_format)
 
 
 def auto_order(hw: Hardware) -> list[str]:
@@ -72,8 +70,8 @@ def auto_order(hw: Hardware) -> list[str]:
     return order
 
 
-def choose(requested: str, hw: Hardware, *, training: bool = True) -> tuple[str, str]:
-    """(engine name, why) for `requested` ("auto" or a name); `training` excludes generate-only engines."""
+def choose(requested: str, hw: Hardware) -> tuple[str, str]:
+    """(engine name, why) for `requested` ("auto" or a name)."""
     from backends.base import BackendError
 
     if requested != "auto":
@@ -81,16 +79,14 @@ def choose(requested: str, hw: Hardware, *, training: bool = True) -> tuple[str,
         ok, why = cls.is_available(hw)
         if not ok:
             raise BackendError(f"backend {requested!r} is not usable here: {why}")
-        if training and not cls.supports_training:
-            raise BackendError(f"backend {requested!r} cannot train; choose another with --backend")
         return requested, f"chosen with --backend ({why})"
     reasons = []
     for name in auto_order(hw):
         cls = backend_class(name)
         ok, why = cls.is_available(hw)
-        if ok and (cls.supports_training or not training):
+        if ok:
             return name, why + "".join(f"; {note}" for note in _unused_accelerator(hw))
-        reasons.append(f"{name}: {why if not ok else 'cannot train'}")
+        reasons.append(f"{name}: {why}")
     raise BackendError("no backend is usable: " + "; ".join(reasons) + "; run `swarm doctor` for install commands")
 
 

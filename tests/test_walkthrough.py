@@ -1,6 +1,7 @@
 """The walk-through of issue 29 (tools/walkthrough.py): the README's commands and the bad inputs a new
 user meets, each as a real process in a fresh HOME; it fails on any traceback on screen. Slow: about
-10 minutes on 2 cores (the bundled model trains, evaluates, demos and exports)."""
+10 minutes on 2 cores (the bundled model trains, evaluates, demos and exports). `.ci/run` runs its
+trimmed part (`--trimmed`: the quick start and the bad inputs) on every build."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ distinct prompt through the model once, its cache repeated for its copies), the 
 temperature 0; else transformers' temperature and top-p warpers over the whole distribution, as generate()
 applies them, then one inverse-CDF draw per row: torch.multinomial took 47 ms a step for 16 rows over a
 152k vocabulary, this 6 ms), and dropping rows from the batch once they have
-emitted a stop token. Imports torch and transformers at module level: torch_lora.py imports this module only
+emitted a stop token. Imports torch and transformers at module level: engine.py imports this module only
 when it generates. Must not import swarm_app, nor know about chat templates or completions.
 """
 

@@ -7,7 +7,7 @@ walks it in several unfused passes through main memory, and does the same again 
 logsumexp, and the backward rebuilds the softmax from the logits the head already returned, in chunks of
 rows small enough to stay in the CPU cache. The values are the same fp32 sums; only their order differs.
 
-Imports torch at module level: torch_lora.py imports this module only when it trains.
+Imports torch at module level: engine.py imports this module only when it trains.
 """
 
 from __future__ import annotations

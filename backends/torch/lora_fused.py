@@ -10,7 +10,7 @@ dtype and the saved format do not change; gradients reach them as before (throug
 would do it). Layers in any other state (adapters off, merged, several adapters, dropout, DoRA or another
 variant, extra arguments) take PEFT's own forward.
 
-Imports torch and peft at module level: torch_lora.py imports this module only when it loads a model.
+Imports torch and peft at module level: engine.py imports this module only when it loads a model.
 """
 
 from __future__ import annotations

@@ -277,24 +277,6 @@ class ReachabilityChanged(Event):
 
 
 @dataclass(frozen=True)
-class PeerConnected(Event):
-    node_id: str
-    address: str
-
-
-@dataclass(frozen=True)
-class PeerDisconnected(Event):
-    node_id: str
-
-
-@dataclass(frozen=True)
-class RolloutsRejected(Event):
-    """Peers' rollouts refused since the last report, by reason."""
-
-    reasons: dict[str, int]
-
-
-@dataclass(frozen=True)
 class TrainingPaused(Event):
     after_round: int
     reason: str = ""

@@ -52,7 +52,7 @@ def fsync_dir(folder: Path) -> None:
 DESCRIPTOR_ERRNOS = {errno.EMFILE, errno.ENFILE}
 """Too many open files (this process / the whole system): a passing shortage, not a broken disk."""
 RETRY_DELAYS_S = (0.1, 0.5, 1, 2, 5, 10, 10, 30, 30, 60, 60, 60, 60)
-"""About 5 minutes in all: long enough for a flood of connections to be shed (peer/server.py caps
+"""About 5 minutes in all: long enough for a flood of connections to be shed (peer/io/server.py caps
 them and times idle ones out in seconds), short enough that a stuck process still says so."""
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from swarm_app.kernel.tasks import TaskRef
 
@@ -24,17 +24,6 @@ class Rollout:
     author: str
     """Node id of the author; "" for this node's own rollouts before they are published."""
     created_ms: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"ref": self.ref.to_dict(), "question": self.question, "answer": self.answer,
-                "completions": list(self.completions), "model_id": self.model_id, "round": self.round,
-                "author": self.author, "created_ms": self.created_ms}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Rollout":
-        return cls(TaskRef.from_dict(data["ref"]), str(data["question"]), str(data["answer"]),
-                   tuple(str(c) for c in data["completions"]), str(data["model_id"]), int(data["round"]),
-                   str(data["author"]), int(data["created_ms"]))
 
 
 class RolloutExchange(Protocol):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import IO
+from typing import IO, Callable
 
 from swarm_app.kernel.errors import RunFolderBusy, UsageError
 
@@ -30,13 +30,14 @@ class RunLock:
         self._handle: IO[bytes] | None = handle
 
     @classmethod
-    def acquire(cls, folder: Path) -> RunLock:
-        """Lock `folder` (created if missing) for this process, or raise RunFolderBusy naming the holder."""
+    def acquire(cls, folder: Path, try_lock: Callable[[IO[bytes]], bool] | None = None) -> RunLock:
+        """Lock `folder` (created if missing) for this process, or raise RunFolderBusy naming the holder.
+        `try_lock`: this system's (the default); tests pass the Windows branch over another byte lock."""
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / LOCK_FILE
         handle = open(path, "a+b")  # binary: Windows seeks past the end; never truncated before the lock is ours
         try:
-            locked = _try_lock(handle)
+            locked = (try_lock or _try_lock)(handle)
         except OSError as exc:  # a file system without locks (some network mounts)
             handle.close()
             raise UsageError(f"cannot lock {path} ({exc.strerror or exc}); choose a --run-dir on a local disk") from None
@@ -69,20 +70,27 @@ def _try_lock(handle: IO[bytes]) -> bool:
     if os.name == "nt":
         import msvcrt
 
-        handle.seek(WINDOWS_LOCKED_BYTE)
-        try:
-            msvcrt.locking(handle.fileno(), msvcrt.LK_NBLCK, 1)
-        except OSError:
-            return False
-        finally:
-            handle.seek(0)
-        return True
+        return lock_far_byte(handle, lambda fd: msvcrt.locking(fd, msvcrt.LK_NBLCK, 1))
     import fcntl
 
     try:
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:  # another open file holds it
         return False
+    return True
+
+
+def lock_far_byte(handle: IO[bytes], lock_one_byte: Callable[[int], None]) -> bool:
+    """The Windows branch: `lock_one_byte(fd)` locks one byte at the file's position without waiting
+    (msvcrt.locking), raising OSError when another holds it; the position is WINDOWS_LOCKED_BYTE while it
+    runs and back at 0 after, so the pid is written at the start, unlocked and readable."""
+    handle.seek(WINDOWS_LOCKED_BYTE)
+    try:
+        lock_one_byte(handle.fileno())
+    except OSError:
+        return False
+    finally:
+        handle.seek(0)
     return True
 
 

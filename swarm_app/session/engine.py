@@ -71,7 +71,7 @@ def open_engine(settings: Settings, hardware: Hardware | None = None, *, trainab
     requested = settings.model.backend
     hardware = hardware or detect_hardware(requested)
     try:
-        name, reason = registry.choose(requested, hardware, training=trainable)
+        name, reason = registry.choose(requested, hardware)
         fallbacks = [n for n in registry.auto_order(hardware) if n != name] if requested == "auto" else []
         while True:
             if on_attempt is not None:

@@ -10,7 +10,6 @@ bad `--model` fails in milliseconds with a message that says what to do.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,26 +68,13 @@ def hub_id_of_snapshot(folder: Path) -> str:
 
 
 def check_model_folder(folder: Path) -> Path:
-    if not folder.is_dir():
-        raise ModelError(f"--model {folder} is not a folder; pass a Hugging Face model folder")
-    if not (folder / "config.json").is_file():
-        raise ModelError(f"{folder} has no config.json; pass a Hugging Face model folder (save_pretrained output)")
-    if not ((folder / "tokenizer.json").is_file() or (folder / "tokenizer.model").is_file()):
-        raise ModelError(f"{folder} has no tokenizer (tokenizer.json); save the tokenizer into the model folder")
-    if not _has_chat_template(folder):
-        raise ModelError(f"{folder} has no chat template; use an instruct/chat model or add chat_template to "
-                         "tokenizer_config.json")
+    """`folder`, once it passes the engines' own rule (backends/chat.py); else a one-line ModelError."""
+    from backends.chat import model_folder_problem  # no heavy import: transformers loads only in load_tokenizer
+
+    problem = model_folder_problem(folder)
+    if problem is not None:
+        raise ModelError(f"--model {problem}" if not folder.is_dir() else problem)
     return folder
-
-
-def _has_chat_template(folder: Path) -> bool:
-    if (folder / "chat_template.jinja").is_file() or (folder / "chat_template.json").is_file():
-        return True
-    try:
-        config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return bool(config.get("chat_template"))
 
 
 def _from_hf_cache(repo_id: str) -> Path:

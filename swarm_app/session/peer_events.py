@@ -1,25 +1,20 @@
 """`PeerTracker`: turns successive peer-node snapshots into the events the views show.
 
 Sans-IO, like the peer core: `update(stats)` takes a `NodeStats` snapshot and returns events
-(PeersUpdated always, with the swarm's name and whether the node is reachable from outside;
-PeerConnected / PeerDisconnected for changes; RolloutsRejected for new rejections by reason;
-ReachabilityChanged when dial-back reaches a verdict or changes it). It keeps only the previous
-snapshot's connected set, rejection counts and verdict.
+(PeersUpdated always, with the swarm's name, the peers, the rejection total and whether the node is
+reachable from outside; ReachabilityChanged when dial-back reaches a verdict or changes it). It keeps only
+the previous verdict.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import TYPE_CHECKING
 
 from swarm_app.kernel.events import (
     Event,
-    PeerConnected,
-    PeerDisconnected,
     PeerRow,
     PeersUpdated,
     ReachabilityChanged,
-    RolloutsRejected,
 )
 
 if TYPE_CHECKING:
@@ -28,8 +23,6 @@ if TYPE_CHECKING:
 
 class PeerTracker:
     def __init__(self) -> None:
-        self._connected: dict[str, str] = {}
-        self._rejected: Counter[str] = Counter()
         self._reachable: bool | None = None
 
     def update(self, stats: "NodeStats") -> list[Event]:
@@ -42,14 +35,6 @@ class PeerTracker:
             events.append(ReachabilityChanged(stats.reachable, stats.public_port, stats.neighbours, stats.swarm,
                                               stats.upnp))
         self._reachable = stats.reachable
-        connected = {r.node_id: r.address for r in rows if r.connected}
-        events += [PeerConnected(node, addr) for node, addr in connected.items() if node not in self._connected]
-        events += [PeerDisconnected(node) for node in self._connected if node not in connected]
-        self._connected = connected
-        new = Counter(stats.rejected) - self._rejected
-        if new:
-            events.append(RolloutsRejected(dict(new)))
-        self._rejected = Counter(stats.rejected)
         return events
 
 

@@ -5,17 +5,12 @@ from __future__ import annotations
 import pytest
 
 from backends import registry
-from backends.base import Backend, BackendError, Gpu, Hardware
+from backends.base import Backend, Gpu, Hardware
 from backends.fake import FakeBackend
 
 CPU_ONLY = Hardware(cpu_count=4, physical_cores=2, ram_bytes=16 * 2**30, system="Linux", machine="x86_64")
 NVIDIA = Hardware(cuda=True, cuda_name="RTX 4090", cuda_memory_bytes=24 * 2**30,
                   gpus=(Gpu("RTX 4090", 24 * 2**30, "8.9", True),), system="Linux", machine="x86_64")
-
-
-class GenerateOnly(FakeBackend):
-    name = "generate_only"
-    supports_training = False
 
 
 class Accelerated(FakeBackend):
@@ -35,19 +30,8 @@ def engines(monkeypatch):
 
 
 def test_flags_are_read_from_the_class():
-    assert registry.capabilities("fake") == registry.Capabilities(True, "fake-json")
+    assert registry.capabilities("fake") == registry.Capabilities("fake-json")
     assert registry.capabilities("torch").adapter_format == "peft"
-    assert registry.capabilities("torch").training
-
-
-def test_auto_never_picks_an_engine_that_cannot_train(engines, monkeypatch):
-    engines.clear()
-    engines.update({"torch": "tests.backends.test_registry:GenerateOnly", "fake": "backends.fake:FakeBackend"})
-    with pytest.raises(BackendError, match="torch: cannot train"):
-        registry.choose("auto", CPU_ONLY)
-    assert registry.choose("auto", CPU_ONLY, training=False)[0] == "torch"
-    with pytest.raises(BackendError, match="cannot train"):
-        registry.choose("torch", CPU_ONLY)
 
 
 def test_an_accelerated_engine_goes_first_only_where_it_is_accelerated(engines):
@@ -72,7 +56,7 @@ def test_resume_needs_the_same_adapter_format():
 
 
 def test_every_flag_has_a_default_on_the_base_class():
-    assert (Backend.supports_training, Backend.adapter_format) == (True, "peft")
+    assert Backend.adapter_format == "peft"
 
 
 def test_on_a_cpu_only_machine_auto_tries_llama_cpp_before_torch_and_never_fake():

@@ -85,7 +85,8 @@ def test_an_int_is_taken_for_a_float_field():
     ({"event": "RoundStarted", "round": 1.5}, "RoundStarted.round: 1.5 is not a int"),
     ({"event": "SharingChanged", "sharing": 1}, "SharingChanged.sharing: 1 is not a bool"),
     ({"event": "RoundFinished", "metrics": [1, 2]}, "RoundMetrics: expected an object, got list"),
-    ({"event": "RolloutsRejected", "reasons": "stale"}, "RolloutsRejected.reasons: 'stale' is not a dict"),
+    ({"event": "EvaluationFinished", "round": 1, "accuracy": 0.5, "per_task": "x"},
+     "EvaluationFinished.per_task: 'x' is not a dict"),
     ({"event": "EvaluationFinished", "round": 1, "accuracy": None}, "EvaluationFinished.accuracy: None is not a float"),
 ])
 def test_bad_messages_raise_value_error(data, message):

@@ -181,26 +181,53 @@ psutil.sensors_battery = _battery
 '''
 
 
+def rows_of(run_dir: Path) -> int:
+    try:
+        return len((run_dir / "metrics.jsonl").read_text().splitlines())
+    except FileNotFoundError:
+        return 0
+
+
+def round_seconds(run_dir: Path, timeout_s: float = 120.0) -> float:
+    """The wall time of one whole round here and now: between the next two rows of metrics.jsonl."""
+    deadline, marks = time.monotonic() + timeout_s, []
+    last = rows_of(run_dir)
+    while len(marks) < 2:
+        assert time.monotonic() < deadline, "no two rounds finished"
+        time.sleep(0.05)
+        if rows_of(run_dir) > last:
+            last = rows_of(run_dir)
+            marks.append(time.monotonic())
+    return marks[1] - marks[0]
+
+
 def test_unplugging_pauses_the_run_and_plugging_in_resumes_it(tmp_path, env):
-    """A real `swarm run` whose battery reading (psutil's, injected) goes from mains to battery and back."""
+    """A real `swarm run` whose battery reading (psutil's, injected) goes from mains to battery and back:
+    on battery, no round but the one under way finishes for three rounds' time (and two polls of the rules)."""
+    from swarm_app.resources.policy import POLL_S
+
     hook = tmp_path / "hook"
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(FAKE_BATTERY)
     battery = tmp_path / "battery.json"
     battery.write_text('{"plugged": true}')
-    env = {**env, "PYTHONPATH": str(hook), "SWARM_TEST_BATTERY": str(battery)}
+    path = os.pathsep.join(p for p in (str(hook), os.environ.get("PYTHONPATH", "")) if p)  # this checkout's code too
+    env = {**env, "PYTHONPATH": path, "SWARM_TEST_BATTERY": str(battery)}
+    run_dir = tmp_path / "run"
     term = Terminal(swarm_run(tmp_path), env)
     try:
         term.wait_for(a_round_finished)
+        round_s = round_seconds(run_dir)
         battery.write_text('{"plugged": false}')
         term.wait_for(lambda text: "paused: on battery" in text and "plugged in" in text, seconds=60)
-        paused_at = len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines())
-        time.sleep(6)  # a poll later: still paused, no round finished meanwhile (the one under way may)
-        assert len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) <= paused_at + 1
+        paused_at = rows_of(run_dir)
+        time.sleep(max(3 * round_s, 2 * POLL_S) + 1)  # held: three rounds' time, and the rules polled twice more
+        assert rows_of(run_dir) <= paused_at + 1, (round_s, paused_at)  # the round under way may finish
+        assert "paused: on battery" in term.screen()
         battery.write_text('{"plugged": true}')
         term.wait_for(lambda text: "paused" not in text and a_round_finished(text), seconds=60)
-        resumed = len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines())
-        term.wait_for(lambda text: len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) > resumed + 1)
+        resumed = rows_of(run_dir)
+        term.wait_for(lambda text: rows_of(run_dir) > resumed + 1)
         term.keys("q")
         assert exit_code(tmp_path) == 0
     finally:

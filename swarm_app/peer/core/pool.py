@@ -76,6 +76,11 @@ class RolloutPool:
     def nbytes(self) -> int:
         return self._bytes
 
+    def held_by(self, author: str) -> tuple[int, int]:
+        """Entries and bytes `author`'s rollouts hold now (what its share is measured in)."""
+        entries, nbytes = self._held.get(f"a:{author}", (0, 0))
+        return entries, nbytes
+
     def insert(self, entry: PoolEntry) -> int:
         """Add an entry; returns how many old entries were pushed out to stay within the caps."""
         with self._lock:

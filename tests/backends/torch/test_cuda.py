@@ -41,3 +41,21 @@ def test_generation_and_a_grpo_step_on_the_gpu():
     first = backend.train_step(batch)
     assert math.isfinite(first.loss) and first.tokens > 0
     backend.close()
+
+
+def test_gpu_memory_fraction_caps_what_this_process_may_allocate():
+    """`[resources] gpu_memory_fraction` reaches torch's caching allocator: past the cap, an allocation that
+    would fit on the card fails. (On a CPU there is no allocator to cap: the setting does nothing there.)"""
+    import torch
+
+    from backends.torch.engine import TorchBackend
+
+    total = torch.cuda.get_device_properties(0).total_memory
+    backend = TorchBackend()
+    backend.load(ModelSpec(path=str(bundled_model_dir()), threads=1, gpu_memory_fraction=0.05))
+    try:
+        with pytest.raises(torch.OutOfMemoryError):
+            torch.empty(int(total * 0.10), dtype=torch.uint8, device="cuda")  # twice the cap, far below the card
+    finally:
+        backend.close()
+        torch.cuda.set_per_process_memory_fraction(1.0)

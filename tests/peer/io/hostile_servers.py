@@ -76,6 +76,8 @@ class Hostile:
         self.addr = ""
         self.record: NodeRecord | None = None
         self.dialed_back = False
+        self.linked = 0
+        """Hellos its server completed: links a node dialed to it (the siege landed)."""
         self._runner: web.AppRunner | None = None
         self._http: aiohttp.ClientSession | None = None
         self._tasks: list[asyncio.Task] = []
@@ -116,6 +118,7 @@ class Hostile:
         except (MessageError, HandshakeError, TimeoutError):
             await ws.close()
             return ws
+        self.linked += 1
         await answer_pulls_with_nothing(ws)
         return ws
 

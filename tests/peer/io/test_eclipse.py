@@ -168,6 +168,7 @@ async def test_sixty_announcing_servers_hold_at_most_3_of_8_outbound_links_and_n
         known = [sum(s.addr and host_of(s.addr) in hostile for s in n.core.addresses.entries())
                  for n in (victim, neighbour)]
         dialed_back = sum(h.dialed_back for h in crowd)
+        linked = sum(h.linked > 0 for h in crowd)
         counters = {k: victim.core.tally[k] for k in ("useless_dropped", "pulls", "dial_failures")}
         await victim.stop()  # under attack: the table it saves is the one a restart dials first
     saved = [host_of(entry["addr"]) in hostile for entry in read_peer_table(table) or []]
@@ -175,11 +176,14 @@ async def test_sixty_announcing_servers_hold_at_most_3_of_8_outbound_links_and_n
     print(f"\nhostile/all outbound links, once a second over {ATTACK_S:.0f} s of attack:\n"
           f"  victim:    {shown(series[0])}\n  neighbour: {shown(series[1])}\n"
           f"most hostile: victim {shares[0]}, neighbour {shares[1]}; hostile addresses in the books: {known}; "
-          f"{dialed_back} of {HOSTILE} servers dialed back by the victim; victim's {counters}\n"
+          f"{dialed_back} of {HOSTILE} servers dialed back by the victim, {linked} linked to; victim's {counters}\n"
           f"saved table (victim, in order; H = hostile): {''.join('H' if s else 'h' for s in saved)}\n"
           f"/peers hostile entries: victim {sum(host_of(a) in hostile for a, _, _ in advertised[0])} of "
           f"{len(advertised[0])}, neighbour {sum(host_of(a) in hostile for a, _, _ in advertised[1])} of "
           f"{len(advertised[1])}")
+    # the siege landed: the victim verified the attackers' servers and dialed links to some of them
+    assert dialed_back >= HOSTILE // 2 and known[0] >= HOSTILE // 2, (dialed_back, known)
+    assert linked >= 1 and max(h for points in series for h, _ in points) >= 1, (linked, series)
     for name, entries in zip(("victim", "neighbour"), advertised):
         assert all(verified for _, _, verified in entries), (name, [e for e in entries if not e[2]])
     assert saved and not saved[0] and saved == sorted(saved), saved  # honest entries first
