@@ -78,7 +78,7 @@ def _run_per_gpu(args: argparse.Namespace, settings) -> int:
     import asyncio
 
     from swarm_app.kernel.hardware import detect
-    from swarm_app.session.multi_gpu import parse_gpus, plan_nodes, run_nodes, without_gpus_flag
+    from swarm_app.multi_gpu.processes import parse_gpus, plan_nodes, run_nodes, without_gpus_flag
     from swarm_app.session.setup import run_dir_of
 
     gpus = parse_gpus(args.gpus, len(detect().gpus))

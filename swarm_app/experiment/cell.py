@@ -35,12 +35,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 from backends.base import Sampling
+from swarm_app.demo.local_swarm import node_settings
 from swarm_app.experiment.plan import Cell, Plan, cell_settings
 from swarm_app.experiment.store import read_json, write_json
 from swarm_app.kernel.errors import CheckpointError, SwarmError
 from swarm_app.kernel.events import EvaluationFinished, Event, RoundFinished
 from swarm_app.kernel.settings import Settings
-from swarm_app.session.local_swarm import node_settings
 from swarm_app.session.session import Session
 from swarm_app.training.checkpoint import Checkpoints
 from swarm_app.training.evaluation import sampled_reward

@@ -40,7 +40,7 @@ def test_peer_settings_and_flags_build_the_config(tmp_path):
 
 
 def test_node_settings_give_each_demo_node_its_own_run_and_seed(tmp_path):
-    from swarm_app.session.local_swarm import node_settings
+    from swarm_app.demo.local_swarm import node_settings
 
     base = Settings()
     base.train.seed, base.train.external = 5, 4
