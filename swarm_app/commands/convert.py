@@ -19,7 +19,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from swarm_app.export.convert import convert_run
-    from swarm_app.session.setup import run_dir_of
+    from swarm_app.session.run_folder import run_dir_of
 
     run_dir = run_dir_of(flags.load_settings_for(args))
     round_index, new, kept = convert_run(run_dir, args.to)

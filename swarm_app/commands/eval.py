@@ -35,7 +35,7 @@ def main(args: argparse.Namespace) -> int:
     if not 0 <= args.samples <= 64:
         raise UsageError(f"--samples {args.samples} must be between 0 and 64")
     from swarm_app.evaluation.scoring import run_eval
-    from swarm_app.session.setup import detect_hardware
+    from swarm_app.session.engine import detect_hardware
 
     logs.to_file()  # a model that fails to load leaves its traceback there
 

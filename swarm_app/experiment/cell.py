@@ -41,7 +41,7 @@ from swarm_app.experiment.store import read_json, write_json
 from swarm_app.kernel.errors import CheckpointError, SwarmError
 from swarm_app.kernel.events import EvaluationFinished, Event, RoundFinished
 from swarm_app.kernel.settings import Settings
-from swarm_app.session.session import Session
+from swarm_app.session.session import Session, SessionOptions
 from swarm_app.training.checkpoint import Checkpoints
 from swarm_app.training.evaluation import sampled_reward
 from swarm_app.training.metrics_log import MetricsLog
@@ -234,10 +234,10 @@ class CellRun:
             record.restore(kept, None)  # it finished in an earlier run of the cell
             self.gate.arrive()
             return
-        session = Session(node_settings(self.base, index, self.folder), exchange=exchange,
-                          on_event=lambda event: self._on_event(record, event),
-                          final_evaluation=self.plan.rounds not in self.plan.scheduled_evaluations(),
-                          open_finished=True)  # a node killed while scoring its last round scores it now
+        options = SessionOptions(final_evaluation=self.plan.rounds not in self.plan.scheduled_evaluations(),
+                                 open_finished=True)  # a node killed while scoring its last round scores it now
+        session = Session(node_settings(self.base, index, self.folder), options, exchange=exchange)
+        session.subscribe(lambda event: self._on_event(record, event))
         self.sessions.append(session)
         try:
             await self._open(session, record, kept)
