@@ -1,7 +1,7 @@
 """One cell of the experiment: N nodes of one I/J config and seed, trained at once in this process.
 
 Each node is a full Session (session/session.py) with its own run folder and seed
-(session/local_swarm.node_settings). With J > 0 the nodes are the real peer nodes of
+(demo/local_swarm.node_settings). With J > 0 the nodes are the real peer nodes of
 peer/io/local_nodes.py (signed rollouts, admission, pulls and pushes over 127.0.0.1) exactly as `swarm
 demo` runs them; with J = 0 a node has no use for peers and trains offline, so that the solo arm pays for
 no networking. Models load one at a time (transformers' lazy imports are not thread-safe), then every node
