@@ -49,8 +49,8 @@ def token_cap(adapter: Path, engine: str, n: int, trials: int) -> dict:
     from swarm_app.kernel import tasks
     from swarm_app.kernel.settings import Settings
     from swarm_app.kernel.sizing import recommend
+    from swarm_app.session.engine import detect_hardware, model_spec
     from swarm_app.session.model import resolve
-    from swarm_app.session.setup import detect_hardware, model_spec
     from swarm_app.training.evaluation import evaluate
 
     settings, model = Settings(), resolve("")

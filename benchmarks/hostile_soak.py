@@ -113,7 +113,7 @@ async def hostile_soak(args: argparse.Namespace, work: Path) -> Recorder:
     from swarm_app.kernel.events import RoundFinished
     from swarm_app.peer.core.sources import SourceLimits
     from swarm_app.peer.io.local_nodes import demo_config, local_swarm, wait_until_meshed
-    from swarm_app.session.session import Session
+    from swarm_app.session.session import Session, SessionOptions
 
     round_s = 8 / NORMAL_PUSH_RATE  # a real round's pace: 8 own groups every 2 s
     pace_fake_engine(round_s)
@@ -131,7 +131,8 @@ async def hostile_soak(args: argparse.Namespace, work: Path) -> Recorder:
             def on_event(event, i=i):
                 if isinstance(event, RoundFinished):
                     rounds[i] += 1
-            session = Session(settings_for(i, work, model), exchange=node, on_event=on_event, fresh=True)
+            session = Session(settings_for(i, work, model), SessionOptions(fresh=True), exchange=node)
+            session.subscribe(on_event)
             await asyncio.to_thread(session.open)
             sessions.append(session)
         runs = [asyncio.create_task(s.run()) for s in sessions]

@@ -161,7 +161,7 @@ def plot(json_path: Path, png_path: Path) -> None:
 async def soak(args: argparse.Namespace, work: Path) -> Recorder:
     from swarm_app.kernel.events import RoundFinished
     from swarm_app.peer.io.local_nodes import demo_config, local_swarm, wait_until_meshed
-    from swarm_app.session.session import Session
+    from swarm_app.session.session import Session, SessionOptions
 
     pace_fake_engine(args.round_s)
     config = demo_config()
@@ -180,7 +180,8 @@ async def soak(args: argparse.Namespace, work: Path) -> Recorder:
             def on_event(event, i=i):
                 if isinstance(event, RoundFinished):
                     rounds[i] += 1
-            session = Session(settings_for(i, work, model), exchange=node, on_event=on_event, fresh=True)
+            session = Session(settings_for(i, work, model), SessionOptions(fresh=True), exchange=node)
+            session.subscribe(on_event)
             await asyncio.to_thread(session.open)
             sessions.append(session)
         runs = [asyncio.create_task(s.run()) for s in sessions]

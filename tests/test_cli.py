@@ -102,7 +102,7 @@ def test_eval_takes_the_lora_shape_from_the_adapter(tmp_path, capsys):
     from backends.base import TrainSample
     from swarm_app.kernel import tasks
     from swarm_app.kernel.settings import Settings
-    from swarm_app.session.setup import model_spec
+    from swarm_app.session.engine import model_spec
     from swarm_app.training.evaluation import evaluate
 
     settings = Settings()

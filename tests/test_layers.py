@@ -2,9 +2,11 @@
 TYPE_CHECKING alike), as docs/architecture.md draws it:
 
     cli -> commands -> {tui, headless, watch}
-           commands -> session -> {training, peer/io -> peer/core} -> backends
+           commands -> features (doctor, evaluation, export, identity, demo, multi_gpu, experiment)
+                    -> session -> {training, peer/io -> peer/core} -> backends
     {peer/io, watch} -> net (the servers' door; aiohttp)
     kernel (events, settings, tasks, ...) below all of them; backends a leaf that never imports swarm_app.
+    Nothing below the features imports one.
 
 Also: nothing below net/ (the layers that may not import it: kernel, peer/core, training, backends, ...)
 reaches aiohttp, directly or through a module of this repository that imports it, however far down;
@@ -20,13 +22,25 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
+FEATURES = ("experiment", "demo", "doctor", "evaluation", "export", "identity", "multi_gpu")
+"""The commands' own work, each in its folder between the commands and the session: only the commands (and the
+experiment, which runs the demo's nodes) import a feature."""
+
 ALLOWED = {
     "cli": {"cli", "commands", "session", "kernel"},
-    "commands": {"commands", "tui", "headless", "watch", "experiment", "session", "kernel"},
+    "commands": {"commands", "tui", "headless", "watch", *FEATURES, "session", "kernel"},
     "tui": {"tui", "kernel"},
     "headless": {"headless", "kernel"},
     "watch": {"watch", "net", "kernel"},
-    "experiment": {"experiment", "session", "training", "peer/io", "peer/core", "kernel", "backends"},
+    # the features: each command's own work, one folder each
+    "experiment": {"experiment", "demo", "session", "training", "peer/io", "peer/core", "kernel", "backends"},
+    "demo": {"demo", "session", "peer/io", "kernel", "backends"},
+    "doctor": {"doctor", "session", "resources", "training", "peer/io", "peer/core", "kernel", "backends"},
+    "evaluation": {"evaluation", "session", "training", "kernel", "backends"},
+    "export": {"export", "session", "training", "kernel", "backends"},
+    "identity": {"identity", "peer/core", "kernel"},
+    "multi_gpu": {"multi_gpu", "kernel"},
+    # what every feature stands on
     "session": {"session", "resources", "training", "peer/io", "peer/core", "kernel", "backends"},
     "resources": {"resources", "kernel"},
     "training": {"training", "kernel", "backends"},
@@ -195,9 +209,13 @@ def test_the_check_catches_aiohttp_reached_through_the_repository(layer_module):
     ("swarm_app.tui.app", "def f():\n    from swarm_app.session.session import Session"),
     ("swarm_app.training.loop", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from swarm_app.peer.io import node"),
     ("swarm_app.kernel.events", "from swarm_app import session"),
-    ("swarm_app.session.doctor", "import textual.app"),
+    ("swarm_app.doctor.report", "import textual.app"),
     ("swarm_app.commands.run", "from backends import registry"),
     ("swarm_app.peer.core.stats", "from ..io import node"),
+    ("swarm_app.session.session", "from swarm_app.demo.local_swarm import node_settings"),
+    ("swarm_app.training.loop", "def f():\n    from swarm_app.evaluation import scoring"),
+    ("swarm_app.demo.local_swarm", "from swarm_app.doctor.report import build_report"),
+    ("swarm_app.multi_gpu.processes", "from swarm_app.session.session import Session"),
 ])
 def test_the_check_catches_a_forbidden_import(module, source):
     assert violations(source, module), f"{source!r} in {module} should break the arrow"
@@ -205,6 +223,8 @@ def test_the_check_catches_a_forbidden_import(module, source):
 
 @pytest.mark.parametrize("module, source", [
     ("swarm_app.commands.run", "from swarm_app.session.session import Session"),
+    ("swarm_app.commands.doctor", "from swarm_app.doctor.report import build_report"),
+    ("swarm_app.doctor.report", "from swarm_app.session.engine import open_engine"),
     ("swarm_app.session.session", "from swarm_app.peer.io.node import PeerNode"),
     ("swarm_app.peer.io.node", "import aiohttp\nfrom swarm_app.peer.core.protocol import NodeCore"),
     ("swarm_app.peer.io.server", "from swarm_app.net.gate import abort_transport"),
@@ -214,3 +234,9 @@ def test_the_check_catches_a_forbidden_import(module, source):
 ])
 def test_the_check_lets_the_arrow_through(module, source):
     assert violations(source, module) == []
+
+
+def test_nothing_below_the_features_may_import_one():
+    below = {layer: sorted(allowed & set(FEATURES)) for layer, allowed in ALLOWED.items()
+             if layer not in ("cli", "commands", *FEATURES)}
+    assert {layer: found for layer, found in below.items() if found} == {}

@@ -16,11 +16,11 @@ from pathlib import Path
 
 from backends import registry
 from backends.base import Sampling
+from swarm_app.evaluation.scoring import adapter_folder
 from swarm_app.kernel import tasks
 from swarm_app.kernel.paths import bundled_model_dir
 from swarm_app.kernel.settings import Settings
-from swarm_app.session.evaluate import adapter_folder
-from swarm_app.session.setup import model_spec
+from swarm_app.session.engine import model_spec
 
 OUTCOMES = {(True, True): "stay right", (False, False): "stay wrong", (True, False): "turn wrong",
             (False, True): "turn right"}

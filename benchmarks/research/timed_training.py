@@ -10,8 +10,8 @@ from typing import Callable
 
 from backends import registry
 from swarm_app.kernel.settings import Settings
+from swarm_app.session.engine import model_spec
 from swarm_app.session.recommendations import apply_recommendations
-from swarm_app.session.setup import model_spec
 
 
 def recommended_settings(model: Path) -> tuple[Settings, dict]:

@@ -1,6 +1,6 @@
 """`swarm convert --to ENGINE [--run-dir DIR]`: move a run to an engine with another adapter format.
 
-Owns the flags and the printout; swarm_app/session/convert.py rewrites the checkpoint.
+Owns the flags and the printout; swarm_app/export/convert.py rewrites the checkpoint.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from swarm_app.session.convert import convert_run
-    from swarm_app.session.setup import run_dir_of
+    from swarm_app.export.convert import convert_run
+    from swarm_app.session.run_folder import run_dir_of
 
     run_dir = run_dir_of(flags.load_settings_for(args))
     round_index, new, kept = convert_run(run_dir, args.to)

@@ -1,7 +1,7 @@
 """`swarm demo`: a local swarm of N training nodes in this process, on 127.0.0.1.
 
 Owns the flags, the demo's own defaults (10 rounds, J = 4: below config.toml and SWARM_* so those
-apply here as in `swarm run`) and the choice of view; swarm_app/session/local_swarm.py runs the nodes.
+apply here as in `swarm run`) and the choice of view; swarm_app/demo/local_swarm.py runs the nodes.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def main(args: argparse.Namespace) -> int:
     settings = flags.load_settings_for(args)
     if settings.train.rounds == 0:
         raise UsageError("--rounds must be at least 1 for a demo")
-    from swarm_app.session.local_swarm import default_out_dir, format_summary, parse_backends
+    from swarm_app.demo.local_swarm import default_out_dir, format_summary, parse_backends
 
     backends = parse_backends(args.backends)
     out_dir = Path(args.out) if args.out else default_out_dir()
@@ -55,8 +55,8 @@ def main(args: argparse.Namespace) -> int:
 
 async def _run_headless(settings, nodes: int, out_dir: Path, backends: tuple[str, ...]) -> list:
     """One headless line per node per round, the node named first."""
+    from swarm_app.demo.local_swarm import run_demo_swarm
     from swarm_app.headless import HeadlessView
-    from swarm_app.session.local_swarm import run_demo_swarm
 
     def on_session(index: int, session) -> None:
         session.subscribe(HeadlessView("text", prefix=f"node {index}  ", total_rounds=settings.train.rounds))
@@ -69,7 +69,7 @@ def _run_in_tui(settings, nodes: int, out_dir: Path, backends: tuple[str, ...]) 
     its request methods become node i's controls, so p, s and e act on the node shown and q stops them all."""
     import asyncio
 
-    from swarm_app.session.local_swarm import run_demo_swarm
+    from swarm_app.demo.local_swarm import run_demo_swarm
     from swarm_app.tui.app import SwarmApp
 
     controls: dict = {}

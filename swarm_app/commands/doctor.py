@@ -1,6 +1,6 @@
 """`swarm doctor`: this machine, the engines that run here and the one chosen, and whether the peers answer.
 
-Owns the flags and the printout; swarm_app/session/doctor.py builds the report. Exits 1, saying which
+Owns the flags and the printout; swarm_app/doctor/report.py builds the report. Exits 1, saying which
 on stderr, when a check it makes fails.
 """
 
@@ -24,8 +24,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 def main(args: argparse.Namespace) -> int:
     settings = flags.load_settings_for(args)
+    from swarm_app.doctor.report import build_report, format_text
     from swarm_app.kernel.hardware import detect
-    from swarm_app.session.doctor import build_report, format_text
 
     report = build_report(settings, detect(), pace=args.pace)
     print(json.dumps(report) if args.json else format_text(report))

@@ -1,6 +1,6 @@
 """`swarm eval`: held-out accuracy of a model (and optionally a trained adapter) with greedy decoding.
 
-Owns the flags and the printout (progress on stderr while it runs); swarm_app/session/evaluate.py loads
+Owns the flags and the printout (progress on stderr while it runs); swarm_app/evaluation/scoring.py loads
 and scores.
 """
 
@@ -34,8 +34,8 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError(f"--n {args.n} must be at least 1")
     if not 0 <= args.samples <= 64:
         raise UsageError(f"--samples {args.samples} must be between 0 and 64")
-    from swarm_app.session.evaluate import run_eval
-    from swarm_app.session.setup import detect_hardware
+    from swarm_app.evaluation.scoring import run_eval
+    from swarm_app.session.engine import detect_hardware
 
     logs.to_file()  # a model that fails to load leaves its traceback there
 

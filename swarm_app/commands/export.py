@@ -1,6 +1,6 @@
 """`swarm export RUN --gguf DIR [--ollama NAME]`: a run's trained model as GGUF files (llama.cpp, Ollama).
 
-Owns the flags and the printout; swarm_app/session/export.py writes the files.
+Owns the flags and the printout; swarm_app/export/gguf.py writes the files.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from swarm_app.session.export import export_run
+    from swarm_app.export.gguf import export_run
 
     done = export_run(Path(args.run_dir), Path(args.gguf), args.ollama or "")
     print(f"exported round {done.round}: {done.base} and {done.adapter}")

@@ -1,6 +1,6 @@
 """`swarm identity show|export FILE|import FILE`: this node's key.
 
-Owns the flags; swarm_app/session/identity.py does the work. Importing this module is cheap (argparse
+Owns the flags; swarm_app/identity/key.py does the work. Importing this module is cheap (argparse
 only): the crypto modules load when the command runs.
 """
 
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, TextIO
 from swarm_app.kernel.errors import UsageError
 
 if TYPE_CHECKING:
-    from swarm_app.session.identity import IdentityStore
+    from swarm_app.identity.key import IdentityStore
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -34,15 +34,15 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace, out: TextIO | None = None, store: IdentityStore | None = None) -> int:
-    from swarm_app.session import identity
+    from swarm_app.identity import key
 
     out = out or sys.stdout
-    store = store or identity.IdentityStore()
+    store = store or key.IdentityStore()
     if args.action == "show":
-        return identity.show(store, out)
+        return key.show(store, out)
     if not args.file:
         raise UsageError(f"swarm identity {args.action} needs a FILE, e.g. swarm identity {args.action} node-key.pem")
     path = Path(args.file)
     if args.action == "export":
-        return identity.export(store, path, out)
-    return identity.import_key(store, path, args.force, out)
+        return key.export(store, path, out)
+    return key.import_key(store, path, args.force, out)

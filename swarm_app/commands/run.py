@@ -33,10 +33,10 @@ def main(args: argparse.Namespace) -> int:
         return _run_per_gpu(args, settings)
     import asyncio  # deferred, as all the work: every `swarm` command imports this module to build its parser
 
-    from swarm_app.session.session import Session
+    from swarm_app.session.session import Session, SessionOptions
 
     logs.to_file()
-    session = Session(settings, fresh=args.fresh)  # it detects the hardware while loading
+    session = Session(settings, SessionOptions(fresh=args.fresh))  # it detects the hardware while loading
     session.lower_priority()  # the owner's programs come first (resources.low_priority)
     try:
         if wants_tui(settings):
@@ -78,8 +78,8 @@ def _run_per_gpu(args: argparse.Namespace, settings) -> int:
     import asyncio
 
     from swarm_app.kernel.hardware import detect
-    from swarm_app.session.multi_gpu import parse_gpus, plan_nodes, run_nodes, without_gpus_flag
-    from swarm_app.session.setup import run_dir_of
+    from swarm_app.multi_gpu.processes import parse_gpus, plan_nodes, run_nodes, without_gpus_flag
+    from swarm_app.session.run_folder import run_dir_of
 
     gpus = parse_gpus(args.gpus, len(detect().gpus))
     typed = without_gpus_flag(args.typed[args.typed.index("run") + 1:])

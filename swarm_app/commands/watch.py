@@ -24,7 +24,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 def main(args: argparse.Namespace) -> int:
     settings = flags.load_settings_for(args)
-    from swarm_app.session.setup import run_dir_of
+    from swarm_app.session.run_folder import run_dir_of
 
     return watch(run_dir_of(settings), settings.run.ui, settings.run.log_format)
 

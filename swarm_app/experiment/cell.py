@@ -1,7 +1,7 @@
 """One cell of the experiment: N nodes of one I/J config and seed, trained at once in this process.
 
 Each node is a full Session (session/session.py) with its own run folder and seed
-(session/local_swarm.node_settings). With J > 0 the nodes are the real peer nodes of
+(demo/local_swarm.node_settings). With J > 0 the nodes are the real peer nodes of
 peer/io/local_nodes.py (signed rollouts, admission, pulls and pushes over 127.0.0.1) exactly as `swarm
 demo` runs them; with J = 0 a node has no use for peers and trains offline, so that the solo arm pays for
 no networking. Models load one at a time (transformers' lazy imports are not thread-safe), then every node
@@ -35,13 +35,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from backends.base import Sampling
+from swarm_app.demo.local_swarm import node_settings
 from swarm_app.experiment.plan import Cell, Plan, cell_settings
 from swarm_app.experiment.store import read_json, write_json
 from swarm_app.kernel.errors import CheckpointError, SwarmError
 from swarm_app.kernel.events import EvaluationFinished, Event, RoundFinished
 from swarm_app.kernel.settings import Settings
-from swarm_app.session.local_swarm import node_settings
-from swarm_app.session.session import Session
+from swarm_app.session.session import Session, SessionOptions
 from swarm_app.training.checkpoint import Checkpoints
 from swarm_app.training.evaluation import sampled_reward
 from swarm_app.training.metrics_log import MetricsLog
@@ -234,10 +234,10 @@ class CellRun:
             record.restore(kept, None)  # it finished in an earlier run of the cell
             self.gate.arrive()
             return
-        session = Session(node_settings(self.base, index, self.folder), exchange=exchange,
-                          on_event=lambda event: self._on_event(record, event),
-                          final_evaluation=self.plan.rounds not in self.plan.scheduled_evaluations(),
-                          open_finished=True)  # a node killed while scoring its last round scores it now
+        options = SessionOptions(final_evaluation=self.plan.rounds not in self.plan.scheduled_evaluations(),
+                                 open_finished=True)  # a node killed while scoring its last round scores it now
+        session = Session(node_settings(self.base, index, self.folder), options, exchange=exchange)
+        session.subscribe(lambda event: self._on_event(record, event))
         self.sessions.append(session)
         try:
             await self._open(session, record, kept)

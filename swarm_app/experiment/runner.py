@@ -120,8 +120,7 @@ class Outcome:
 def make_plan(settings: Settings, inputs: Inputs) -> Plan:
     """The plan, checked: configs default to the model's own I + J split as the paper splits its 8 (the
     model's swarm.toml applied first), threads to the physical cores shared out among the nodes."""
-    from swarm_app.session.engine import prepare_model
-    from swarm_app.session.setup import detect_hardware
+    from swarm_app.session.engine import detect_hardware, prepare_model
 
     prepare_model(settings)  # the model's recommended settings, as every session of the experiment will see them
     configs = parse_configs(inputs.configs) if inputs.configs else default_configs(settings.train.local + settings.train.external)

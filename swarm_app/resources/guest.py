@@ -9,7 +9,8 @@ what participants expect):
   the owner busy (other processes using more than `busy_cpu_percent` of the CPU for a while), outside the
   allowed hours (`schedule`), or over the memory cap. The node keeps serving its peers while paused.
 - `read_sensors()`: the readings from psutil; tests inject their own.
-Pure except `read_sensors` and `lower_priority`; the session calls them off the event loop.
+- `FreeCpus`: how many CPUs other programs left free since the last reading (the thread probe's gate).
+Pure except `read_sensors`, `cpu_sample` and `lower_priority`; the session calls them off the event loop.
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ import logging
 import math
 import os
 import sys
+import time as clock
 from dataclasses import dataclass
 from datetime import datetime, time
+from typing import Callable
 
 log = logging.getLogger(__name__)
 
@@ -160,3 +163,36 @@ def read_sensors(own_pid: int | None = None) -> Readings:
     except psutil.Error as exc:
         raise OSError(f"psutil: {exc}") from None
     return Readings(None if battery is None else not battery.power_plugged, max(0.0, total - own), rss, datetime.now())
+
+
+def cpu_sample() -> tuple[float, float, float]:
+    """(a monotonic clock, CPU seconds the whole machine has been busy, CPU seconds this process used), from psutil."""
+    import psutil
+
+    machine = psutil.cpu_times()
+    idle = machine.idle + getattr(machine, "iowait", 0.0)
+    guests = getattr(machine, "guest", 0.0) + getattr(machine, "guest_nice", 0.0)  # already counted in user, nice
+    own = psutil.Process().cpu_times()
+    return clock.monotonic(), sum(machine) - idle - guests, own.user + own.system
+
+
+class FreeCpus:
+    """The CPUs other programs left free between two readings: all of them, less the machine's busy CPU time
+    that was not this process's, over the time between. The first reading has no window yet (None)."""
+
+    def __init__(self, cpus: int, sample: Callable[[], tuple[float, float, float]] = cpu_sample) -> None:
+        self.cpus = cpus
+        self._sample = sample
+        self._last: tuple[float, float, float] | None = None
+
+    def read(self) -> float | None:
+        try:
+            now = self._sample()
+        except (OSError, ImportError) as exc:  # psutil's errors are OSErrors
+            log.info("cannot read the CPU times (%s): probes run unchecked", exc)
+            return None
+        last, self._last = self._last, now
+        if last is None or now[0] <= last[0]:
+            return None
+        others = max(0.0, (now[1] - last[1]) - (now[2] - last[2])) / (now[0] - last[0])
+        return max(0.0, self.cpus - others)

@@ -8,10 +8,17 @@ the fastest, and every `probe_every` rounds tries a neighbouring count for one r
 default of 25), moving when it is `min_gain` faster. One fast probe round can be luck (a sibling process
 paused for a moment), so a move is on trial: if the next `confirm` rounds on the new count are not faster
 than the old count's usual speed, the tuner moves back. A round much slower than recent ones (something
-started on the machine) brings the next probe forward. A probe round that runs past `abort_after` times the
-usual round is cut short: the session asks `abort_probe` during the round and goes back to the best count at
-once, so a bad probe costs at most about that much. Speed is work per second (tokens generated plus
-trained), so rounds of different sizes compare. Sans-IO: the session reports each round and applies `threads`.
+started on the machine) brings the next probe forward.
+
+A probe has a price, and on a short run it shows: with one of 2 cores kept busy by another program, the
+probe round at 2 threads made a 6-round run 1.25-1.30x slower than one at 1 thread. So a probe runs only
+when the CPUs it needs are free: `record` takes the CPUs other programs left free during the round (None:
+unknown), and a probe at n threads waits while fewer than n - `noise_cpus` were (it runs at the first round
+that has them). A probe round that runs past `abort_after` times the usual round is cut short: the session
+asks `abort_probe` during the round and goes back to the best count at once, so a bad probe costs at most
+about that much (1.5: above the ~1.3x of a round with a held-out evaluation, which must not read as a
+losing probe). Speed is work per second (tokens generated plus trained), so rounds of different sizes
+compare. Sans-IO: the session reports each round and the free CPUs, and applies `threads`.
 """
 
 from __future__ import annotations
@@ -31,10 +38,14 @@ def candidates(max_threads: int) -> list[int]:
 
 class ThreadTuner:
     def __init__(self, max_threads: int, probe_every: int = 25, min_gain: float = 0.10, slowdown: float = 2.0,
-                 abort_after: float = 2.0, confirm: int = 2, warmup: int = 1) -> None:
+                 abort_after: float = 1.5, confirm: int = 2, warmup: int = 1, noise_cpus: float = 0.25) -> None:
         self.options = candidates(max_threads)
         self.probe_every, self.min_gain, self.slowdown, self.abort_after = probe_every, min_gain, slowdown, abort_after
         self.confirm = confirm
+        self.noise_cpus = noise_cpus
+        """Other programs' use of the CPUs a probe needs that still counts as free (background noise)."""
+        self.waited = 0
+        """Rounds a due probe waited for the CPUs it needs."""
         self._warmup = warmup
         """Rounds not measured at the start: the first round also loads kernels and fills caches, and
         measured, it made one thread look slow enough for any probe to beat it."""
@@ -55,8 +66,9 @@ class ThreadTuner:
         """The count the round under way (or the next one) runs on."""
         return self.probe or self.best
 
-    def record(self, work: float, seconds: float) -> int:
-        """A round on `threads` did `work` in `seconds`; returns the count for the next round."""
+    def record(self, work: float, seconds: float, free_cpus: float | None = None) -> int:
+        """A round on `threads` did `work` in `seconds` while other programs left `free_cpus` CPUs free
+        (None: not known); returns the count for the next round."""
         if self._warmup > 0:
             self._warmup -= 1
             return self.threads
@@ -71,7 +83,7 @@ class ThreadTuner:
             self._since_probe += 1
             if self._on_trial is not None and seconds > 0 and work > 0:
                 self._judge_move(work / seconds)
-        self._next()
+        self._next(free_cpus)
         return self.threads
 
     def _judge_move(self, speed: float) -> None:
@@ -105,14 +117,25 @@ class ThreadTuner:
             return bool(self._speed[probed])
         return self._speed[probed][-1] > (1 + self.min_gain) * median(self._speed[kept])
 
-    def _next(self) -> None:
+    def _next(self, free_cpus: float | None) -> None:
         if self._untried:
-            self.probe = self._untried.pop(0)
+            if self._room_for(self._untried[0], free_cpus):
+                self.probe = self._untried.pop(0)
         elif self._since_probe >= self.probe_every and len(self.options) > 1:
-            self._since_probe = 0
-            self.probe = self._neighbour()
+            neighbour = self._neighbour()
+            if self._room_for(neighbour, free_cpus):
+                self._since_probe = 0
+                self.probe = neighbour
         if self.probe is not None:
             self.probes += 1
+
+    def _room_for(self, threads: int, free_cpus: float | None) -> bool:
+        """Whether a probe at `threads` may run now: the CPUs it needs were free of other programs' work
+        (unknown counts as free). A probe below the best count needs none beyond what runs already."""
+        if free_cpus is None or threads <= self.best or free_cpus >= threads - self.noise_cpus:
+            return True
+        self.waited += 1
+        return False
 
     def _neighbour(self) -> int:
         """A count next to `best`, below and above in turn."""

@@ -1,9 +1,10 @@
-"""The session layer: everything that opens a model or a run folder, for the commands above it.
+"""The session layer: a training session and what opening one needs, for the features and commands above it.
 
-`session.Session` trains (one engine, the trainer, the run folder, the peer node); `engine.open_engine`
-is the one way to open an engine; the other modules are the work of the commands that are not a run
-(evaluate, doctor, export, convert, identity, the local demo swarm, one node per GPU). Importing this
-package is cheap: nothing heavy here.
+`session.Session` trains (one engine, the trainer, the run folder, the peer node); `engine.open_engine` is
+the one way any command opens an engine (with `model.resolve` and the model's `recommendations`); the rest
+are the session's own parts (its run folder, its peer node, its event bus, the solo curve it compares with).
+The commands' other work lives in feature folders above this one (doctor/, evaluation/, export/,
+identity/, demo/, multi_gpu/). Importing this package is cheap: nothing heavy here.
 """
 
 from swarm_app.peer import PROTOCOL_VERSION

@@ -7,23 +7,26 @@ best that works here), sizes its threads once, and loads it: with `--backend aut
 installed but broken is skipped for the next one (saying so); an engine the user named is never swapped.
 Engine errors become one-line ModelErrors, and so does anything else a load raises (a damaged weights
 file surfaces as the file format library's own exception): the line names the model's files and the
-fix, the traceback goes to the log file only. Nothing here writes a file.
+fix, the traceback goes to the log file only. Also what a run needs of its engine: the machine's hardware,
+the model spec from the settings, and a checkpoint's adapter loaded into it. Nothing here writes a file.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 from backends import registry
-from backends.base import Backend, BackendError, EngineBroken, Hardware
-from swarm_app.kernel.errors import ModelError
+from backends.base import Backend, BackendError, EngineBroken, Hardware, LoraConfig, ModelSpec, OptimConfig
+from swarm_app.kernel.errors import CheckpointError, ModelError, UsageError
+from swarm_app.kernel.paths import user_dirs
 from swarm_app.kernel.settings import Settings
 from swarm_app.kernel.sizing import Recommendation, recommend
 from swarm_app.session.model import ResolvedModel, resolve
 from swarm_app.session.recommendations import apply_recommendations
-from swarm_app.session.setup import detect_hardware, model_spec
+from swarm_app.training.checkpoint import read_state
 
 log = logging.getLogger(__name__)
 
@@ -114,3 +117,38 @@ def _weights_hint(model: ResolvedModel) -> str:
     files = f"its weights ({', '.join(weights[:3])}{', ...' if len(weights) > 3 else ''})" if weights else "its weights"
     return (f"{files} may be damaged or incomplete: download or copy the model again, or pass another --model "
             "(the traceback is in swarm.log)")
+
+
+def model_spec(settings: Settings, model_dir: Path, trainable: bool = True, *, model_id: str = "",
+               threads: int = 0) -> ModelSpec:
+    """What a backend needs to load the model with this run's LoRA and optimizer settings.
+    `threads` 0: the setting, or 1 where the setting is 0 (auto) and no recommendation was made."""
+    lora, t = settings.lora, settings.train
+    return ModelSpec(str(model_dir), LoraConfig(lora.rank, lora.alpha, lora.dropout, tuple(lora.target_modules)),
+                     OptimConfig(t.learning_rate, t.weight_decay, t.epochs, t.minibatches, t.clip_low, t.clip_high,
+                                 t.max_grad_norm),
+                     threads=threads or settings.model.threads or 1, trainable=trainable, model_id=model_id,
+                     cache_dir=str(user_dirs().cache), precision=settings.model.precision,
+                     gpu_memory_fraction=settings.resources.gpu_memory_fraction)
+
+
+
+def load_checkpoint_adapter(backend, engine: str, folder: Path) -> None:
+    """Load a checkpoint's adapter; damage is a CheckpointError (the caller tries an older one), a
+    checkpoint of another engine's adapter format a UsageError (an older one would not fit either)."""
+    conflict = registry.resume_conflict(read_state(folder).backend, engine)
+    if conflict:
+        raise UsageError(conflict)
+    try:
+        backend.load_adapter(folder)
+    except BackendError as exc:
+        raise CheckpointError(str(exc)) from None
+
+
+def detect_hardware(backend: str) -> Hardware:
+    """What this machine has; nothing is probed for the fake engine, which needs nothing."""
+    if backend == "fake":
+        return Hardware()
+    from swarm_app.kernel.hardware import detect
+
+    return detect()

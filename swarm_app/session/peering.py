@@ -5,21 +5,25 @@ started when the run begins, stopped when it ends) or shows the one its caller m
 `exchange`, when it has `stats()`). Either way the views get the node's events (`SwarmJoined`, then peer
 events once a second), each round's metrics row gets the swarm's figures, and the user is told once when
 the peers they named cannot be reached. Training never waits on any of it: unreachable peers are the
-node's to retry.
+node's to retry. `peer_config` and `usable_listen` derive the node's config from the settings before
+anything loads.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
+import re
 from typing import TYPE_CHECKING, Any, Callable
 
+from swarm_app.kernel import swarms
+from swarm_app.kernel.errors import UsageError
 from swarm_app.kernel.events import SwarmJoined
 from swarm_app.kernel.rollouts import RolloutExchange
-from swarm_app.kernel.settings import Settings
+from swarm_app.kernel.settings import PeerSettings, Settings
 from swarm_app.session.bus import EventBus
 from swarm_app.session.peer_events import PeerTracker
-from swarm_app.session.setup import peer_config, usable_listen
 
 if TYPE_CHECKING:
     from swarm_app.peer.core.config import PeerConfig
@@ -44,7 +48,7 @@ class Peering:
             self.config = peer_config(settings)
 
     def claim_listen(self, settings: Settings) -> None:
-        """A listen address that binds now (session/setup.py usable_listen): a busy default port becomes a free one."""
+        """A listen address that binds now (usable_listen): a busy default port becomes a free one."""
         if self.config is not None:
             self.config = usable_listen(self.config, settings)
 
@@ -107,3 +111,55 @@ class Peering:
             self._alone_warned = True
             log.warning("no peer connected: %s cannot be reached (yet). Training alone and retrying; check "
                         "that the address is right and that the node there runs `swarm run`", ", ".join(bootstrap))
+
+
+def peer_config(settings: Settings):
+    """The peer node's configuration from the [peer] settings; a bad address or swarm name raises UsageError."""
+    from swarm_app.peer.core.config import PeerConfig, check_address
+
+    peer = settings.peer
+    if not re.fullmatch(r"[A-Za-z0-9-]{0,32}", peer.identity):
+        raise UsageError(f"peer.identity {peer.identity!r}: use up to 32 letters, digits and '-'")
+    config = PeerConfig(listen=check_address(peer.listen, "peer.listen"), identity_name=peer.identity,
+                        swarm=swarms.swarm_name(peer.swarm, settings.tasks.preset),
+                        bootstrap=bootstrap_addresses(settings), mdns=peer.mdns, upnp=peer.upnp,
+                        metrics_listen=check_address(peer.metrics_listen, "peer.metrics_listen") if peer.metrics_listen else None)
+    return config.with_protocol(share=peer.share)
+
+
+def bootstrap_addresses(settings: Settings) -> tuple[str, ...]:
+    """Where the node dials first: `[peer] bootstrap` where any layer set it, else the list shipped for its
+    swarm; then `[peer] peers`; each checked (UsageError naming the setting), duplicates dropped."""
+    from swarm_app.peer.core.config import check_dial_address
+
+    peer = settings.peer
+    swarm = swarms.swarm_name(peer.swarm, settings.tasks.preset)
+    given = "peer.bootstrap" in settings.given
+    bootstrap = peer.bootstrap if given else swarms.shipped_bootstrap(swarm)
+    checked = ([check_dial_address(a, "bootstrap address") for a in bootstrap]
+               + [check_dial_address(a, "peer address") for a in peer.peers])
+    return tuple(dict.fromkeys(checked))
+
+
+def any_port(listen: str) -> str:
+    host = listen.rsplit(":", 1)[0]
+    return f"{host}:0"
+
+
+def usable_listen(config, settings: Settings):
+    """The config with a listen address that binds now: a busy default port becomes any free port
+    (with a warning); a busy address the user chose is an error."""
+    from swarm_app.peer.core.addressbook import parse_address
+    from swarm_app.peer.io.ports import bind_error
+
+    host, port = parse_address(config.listen)
+    error = bind_error(host, port)
+    if error is None:
+        return config
+    reason = error.strerror or str(error)
+    if settings.peer.listen != PeerSettings.listen:
+        raise UsageError(f"cannot listen on {config.listen}: {reason}; choose another address with --listen "
+                         f"(port 0 picks any free port)", title="Network")
+    log.warning("port %d is taken (%s; another swarm node on this machine?): listening on a free port "
+                "instead; pass --listen HOST:PORT to choose one", port, reason)
+    return dataclasses.replace(config, listen=any_port(config.listen))

@@ -19,6 +19,7 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Callable
 
 from backends.base import Cancelled, Hardware, Sampling
@@ -43,12 +44,10 @@ from swarm_app.resources.guest import LEVELS, lower_priority
 from swarm_app.resources.pausing import Pausing
 from swarm_app.resources.policy import GuestPolicy
 from swarm_app.session.bus import EventBus, LogForwarder
-from swarm_app.session.engine import OpenedEngine, open_engine, prepare_model
+from swarm_app.session.engine import OpenedEngine, detect_hardware, load_checkpoint_adapter, open_engine, prepare_model
 from swarm_app.session.peering import Peering
-from swarm_app.session.setup import (
+from swarm_app.session.run_folder import (
     check_run_matches,
-    detect_hardware,
-    load_checkpoint_adapter,
     move_old_run_aside,
     run_dir_of,
     run_seed,
@@ -85,28 +84,36 @@ def _settle(loop: asyncio.AbstractEventLoop, future: asyncio.Future, exc: BaseEx
         pass
 
 
+@dataclass(frozen=True)
+class SessionOptions:
+    """How a session runs beyond its settings: what the command that starts it asks of this one run.
+    Each is a plain value; the settings (flags, config.toml, SWARM_*) stay what every run shares."""
+
+    fresh: bool = False
+    """`swarm run --fresh`: an old run in the folder is moved aside and a new one starts."""
+    baseline: bool = False
+    """Evaluate the untouched model (held-out) before a new run's first round (`swarm demo`'s node 0)."""
+    final_evaluation: bool = False
+    """Evaluate after the last round of a run that finished (`swarm demo`, `swarm experiment`)."""
+    open_finished: bool = False
+    """Load a run that already did all its rounds too (run() then runs none), so that the caller can still
+    score its model (`swarm experiment`: a node killed while scoring its last round scores it now)."""
+
+
 class Session:
-    def __init__(self, settings: Settings, *, exchange: RolloutExchange | None = None,
-                 on_event: Callable[[Event], None] | None = None, hardware: Hardware | None = None,
-                 fresh: bool = False, baseline: bool = False, final_evaluation: bool = False,
-                 open_finished: bool = False) -> None:
-        """`exchange`: a peer node made by the caller (the demo); it is shown in the views when it has
-        `stats()`. Otherwise the session starts its own node when [peer] enabled says so. `baseline`:
-        evaluate the untouched model before a new run's first round; `final_evaluation`: evaluate after
-        the last round of a run that finished (both held-out, both rows of metrics.jsonl); `open_finished`:
-        load a run that already did all its rounds too (run() then runs none), so that the caller can still
-        score its model."""
-        self.settings = settings
-        self.baseline, self.final_evaluation, self.open_finished = baseline, final_evaluation, open_finished
+    def __init__(self, settings: Settings, options: SessionOptions = SessionOptions(), *,
+                 exchange: RolloutExchange | None = None) -> None:
+        """`exchange`: a peer node made and run by the caller (the demo, the experiment); it is shown in the
+        views when it has `stats()`. Otherwise the session starts its own node when [peer] enabled says so.
+        Views and callers hear the events through `subscribe()`."""
+        self.settings, self.options = settings, options
         self.baseline_result: EvalResult | None = None
         self.final_result: EvalResult | None = None
         self.exchange = exchange
         self.events = EventBus()
-        if on_event is not None:
-            self.events.subscribe(on_event)
-        self.hardware = hardware
-        """None: detected in open() (on the loading thread: a CUDA probe may import torch)."""
-        self.fresh = fresh
+        self.hardware: Hardware | None = None
+        """Detected in open() (on the loading thread: a CUDA probe may import torch)."""
+        self.fresh = options.fresh
         self.run_dir = run_dir_of(settings)
         self.metrics = MetricsLog(self.run_dir / "metrics.jsonl")
         self.checkpoints = Checkpoints(self.run_dir)
@@ -209,7 +216,7 @@ class Session:
         self._lock = RunLock.acquire(self.run_dir) if self.run_dir.is_dir() else None
         self.peering.claim_listen(self.settings)
         self._lock = self._lock or RunLock.acquire(self.run_dir)
-        if self._already_finished() and not self.open_finished:
+        if self._already_finished() and not self.options.open_finished:
             return
         backend = self._load_backend()
         self.guest.attach(backend.set_threads, backend.device().startswith("cpu"))
@@ -351,7 +358,7 @@ class Session:
             await self._publish_solo_curve()
             watchers = [asyncio.ensure_future(self.peering.watch()),
                         asyncio.ensure_future(self.pausing.watch_rules(self.guest))]
-            if self.baseline and last_done == 0:
+            if self.options.baseline and last_done == 0:
                 self.baseline_result = await self._evaluate(0, "baseline")
             while not self._stopping and (total == 0 or self.next_round <= total):
                 await self._between_rounds(last_done)
@@ -371,7 +378,7 @@ class Session:
                     last_saved = await self._save(t)
             if self._stopping:
                 reason = "interrupted"
-            elif self.final_evaluation:
+            elif self.options.final_evaluation:
                 self.final_result = await self._evaluate(last_done, "final")
         except BaseException as exc:
             reason, error = "error", exc

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from swarm_app.kernel.events import SoloCurveFound
-from swarm_app.session.setup import RUN_FILE
+from swarm_app.session.run_folder import RUN_FILE
 from swarm_app.training.metrics_log import MetricsLog
 
 log = logging.getLogger(__name__)

@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+import pytest
+
+from swarm_app.resources.guest import FreeCpus
 from swarm_app.resources.threads import ThreadTuner, candidates
 
 
-def run(tuner: ThreadTuner, seconds_for, rounds: int, work: float = 1000.0) -> list[int]:
-    """Drive `rounds` rounds; `seconds_for(threads, round)` is how long a round takes. The session asks
-    `abort_probe` during a round: here once, at the time the round would end."""
+def run(tuner: ThreadTuner, seconds_for, rounds: int, work: float = 1000.0, free=lambda r: None) -> list[int]:
+    """Drive `rounds` rounds; `seconds_for(threads, round)` is how long a round takes, `free(round)` the CPUs
+    other programs left free during it. The session asks `abort_probe` during a round: here once, at the
+    time the round would end."""
     used = []
     for r in range(rounds):
-        threads = tuner.threads
+        threads, best = tuner.threads, tuner.best
         seconds = seconds_for(threads, r)
         if tuner.abort_probe(seconds):
-            seconds = tuner.abort_after * 1.0  # cut short: the rest of the round on the best count
+            seconds = tuner.abort_after * seconds_for(best, r)  # cut short at abort_after usual rounds
         used.append(threads)
-        tuner.record(work, seconds)
+        tuner.record(work, seconds, free(r))
     return used
 
 
@@ -65,3 +69,34 @@ def test_the_slow_first_round_is_not_taken_as_one_threads_pace():
     used = run(tuner, lambda t, r: 3.0 if r == 0 else (1.0 if t == 1 else 1.05), 24)
     assert tuner.best == 1 and used[:2] == [1, 1]
     assert used.count(2) == 1  # one trial round, lost
+
+
+def test_a_probe_waits_while_the_cpus_it_needs_are_busy():
+    tuner = ThreadTuner(2)
+    busy = lambda r: 1.0 if r < 6 else 1.9  # noqa: E731 - one of 2 CPUs taken by another program, then free again
+    used = run(tuner, lambda t, r: 1.0 if t == 1 else (40.0 if r < 6 else 0.6), 10, free=busy)
+    assert used[:7] == [1] * 7 and tuner.waited == 5  # rounds 2-6 would have probed; none did
+    assert used[7] == 2 and tuner.best == 2  # the first round after the CPUs were free again probes, and wins
+
+
+def test_a_probe_at_fewer_threads_never_waits():
+    tuner = ThreadTuner(2, probe_every=3)
+    used = run(tuner, lambda t, r: 1.0 if t == 2 else 1.6, 12, free=lambda r: 2.0 if r < 4 else 0.2)
+    assert tuner.best == 2 and 1 in used[4:]  # probing 1 thread below the best needs no free CPU
+
+
+def test_a_losing_probe_is_cut_short_at_one_and_a_half_usual_rounds():
+    tuner = ThreadTuner(2)
+    tuner.record(1000.0, 3.0)  # the warm-up round: not measured
+    assert tuner.record(1000.0, 1.0) == 2  # one usual round of 1 s on one thread, then the probe at 2
+    assert not tuner.abort_probe(1.4)
+    assert tuner.abort_probe(1.6) and tuner.threads == 1
+
+
+def test_free_cpus_are_the_cpus_less_what_other_programs_used():
+    samples = iter([(10.0, 100.0, 20.0), (12.0, 103.0, 21.8), (12.0, 104.0, 22.0), (14.0, 104.5, 22.5)])
+    free = FreeCpus(2, sample=lambda: next(samples))
+    assert free.read() is None  # no window yet
+    assert free.read() == pytest.approx(1.4)  # the machine busy 3 CPU-s in 2 s, 1.8 of them this process's
+    assert free.read() is None  # no time passed
+    assert free.read() == 2.0  # only this process worked

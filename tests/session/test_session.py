@@ -11,7 +11,7 @@ from swarm_app.kernel.errors import CheckpointError, UsageError
 from swarm_app.kernel.events import RoundFinished, RunStopped
 from swarm_app.kernel.rollouts import Inbox, Rollout
 from swarm_app.kernel.settings import Settings
-from swarm_app.session.session import Session
+from swarm_app.session.session import Session, SessionOptions
 from swarm_app.training.checkpoint import Checkpoints
 from swarm_app.training.loop import rescore
 
@@ -29,9 +29,10 @@ def make_settings(stub_model, run_dir, rounds, **train):
     return settings
 
 
-def run(settings, **kwargs):
+def run(settings, exchange=None, **options):
     events = []
-    session = Session(settings, on_event=events.append, **kwargs)
+    session = Session(settings, SessionOptions(**options), exchange=exchange)
+    session.subscribe(events.append)
     last = asyncio.run(session.run())
     return last, events, session
 

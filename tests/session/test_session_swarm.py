@@ -28,13 +28,14 @@ def test_two_sessions_exchange_rollouts(stub_model, tmp_path, monkeypatch):
                 joined.set()
 
         slow = dict(local=2, completions=2, external=2)
-        first = Session(networked(make_settings(stub_model, tmp_path / "a", 0, **slow), 1), on_event=on_first)
+        first = Session(networked(make_settings(stub_model, tmp_path / "a", 0, **slow), 1))
+        first.subscribe(on_first)
         first_run = asyncio.create_task(first.run())
         await asyncio.wait_for(joined.wait(), 60)
         address = next(e.address for e in first_events if isinstance(e, SwarmJoined))
         monkeypatch.setenv("SWARM_HOME", str(tmp_path / "second-home"))  # another user: another identity
-        second = Session(networked(make_settings(stub_model, tmp_path / "b", 0, **slow), 2, [address]),
-                         on_event=second_events.append)
+        second = Session(networked(make_settings(stub_model, tmp_path / "b", 0, **slow), 2, [address]))
+        second.subscribe(second_events.append)
         second_run = asyncio.create_task(second.run())
         for _ in range(600):
             rows = [e.metrics for e in second_events if isinstance(e, RoundFinished)]
@@ -77,7 +78,8 @@ def test_metrics_endpoint_shows_training_and_swarm_figures(stub_model, tmp_path)
     async def scenario():
         events = []
         settings = networked(make_settings(stub_model, tmp_path / "run", 0, local=4, completions=4), 3)
-        session = Session(settings, on_event=events.append)
+        session = Session(settings)
+        session.subscribe(events.append)
         task = asyncio.create_task(session.run())
         for _ in range(600):  # until a round had an own group with a reward spread: those are published
             if shared_before(events):

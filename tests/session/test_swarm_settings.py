@@ -14,7 +14,7 @@ from swarm_app.kernel import swarms
 from swarm_app.kernel.events import PeersUpdated, ReachabilityChanged
 from swarm_app.peer.core.stats import NodeStats
 from swarm_app.session.peer_events import PeerTracker
-from swarm_app.session.setup import peer_config
+from swarm_app.session.peering import peer_config
 
 
 def config_of(tmp_path, *argv: str, toml: str = ""):

@@ -1,6 +1,6 @@
 """`PeerConfig`: every knob of a peer node in one frozen dataclass, with the defaults docs/protocol.md states.
 
-The session builds it from the [peer] settings (`session/setup.py peer_config`); tests and the demo build it
+The session builds it from the [peer] settings (`session/peering.py peer_config`); tests and the demo build it
 directly with faster intervals. This module only holds values and parses addresses; it starts nothing.
 """
 

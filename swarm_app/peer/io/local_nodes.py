@@ -4,7 +4,7 @@ The first node is the bootstrap of the others (its port is only known once it is
 exchange then spreads every address, so the swarm meshes without any address typed by hand. Each
 node gets a fresh throwaway identity (the user's own key is not touched) and no peer table. This
 module knows nothing of training: `run_demo` calls the `run_node(index, node)` coroutine the CLI
-passes (a Session per node; see swarm_app/session/local_swarm.py).
+passes (a Session per node; see swarm_app/demo/local_swarm.py).
 """
 
 from __future__ import annotations

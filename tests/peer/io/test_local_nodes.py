@@ -21,7 +21,7 @@ from tests.peer.helpers import make_rollout
 def test_peer_settings_and_flags_build_the_config(tmp_path):
     from swarm_app.cli import build_parser
     from swarm_app.commands.flags import load_settings_for
-    from swarm_app.session.setup import peer_config
+    from swarm_app.session.peering import peer_config
 
     args = build_parser().parse_args(["run", "--peer", "10.0.0.2:47470", "--peer", "[::1]:5", "--listen", "127.0.0.1:0",
                                       "--no-mdns", "--no-share", "--metrics-listen", "127.0.0.1:9464",
@@ -40,7 +40,7 @@ def test_peer_settings_and_flags_build_the_config(tmp_path):
 
 
 def test_node_settings_give_each_demo_node_its_own_run_and_seed(tmp_path):
-    from swarm_app.session.local_swarm import node_settings
+    from swarm_app.demo.local_swarm import node_settings
 
     base = Settings()
     base.train.seed, base.train.external = 5, 4

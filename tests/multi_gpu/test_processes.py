@@ -13,7 +13,7 @@ import time
 import pytest
 
 from swarm_app.kernel.errors import UsageError
-from swarm_app.session.multi_gpu import parse_gpus, without_gpus_flag
+from swarm_app.multi_gpu.processes import parse_gpus, without_gpus_flag
 from swarm_app.training.checkpoint import Checkpoints
 
 FAKE_SMI = """#!/bin/sh

@@ -17,7 +17,7 @@ from pathlib import Path
 from swarm_app.kernel.errors import UsageError
 from swarm_app.kernel.files import write_text_atomic
 from swarm_app.kernel.tasks import SYSTEM_PROMPT
-from swarm_app.session.setup import RUN_FILE
+from swarm_app.session.run_folder import RUN_FILE
 from swarm_app.training.checkpoint import Checkpoints
 
 CHATML_TEMPLATE = """{{- range .Messages }}<|im_start|>{{ .Role }}

@@ -59,8 +59,8 @@ def test_identity_show_creates_a_key_once(capsys):
 
 
 def test_demo_nodes_take_their_engines_in_turn(stub_model, tmp_path, capsys):
+    from swarm_app.demo.local_swarm import node_settings
     from swarm_app.kernel.settings import Settings
-    from swarm_app.session.local_swarm import node_settings
 
     chosen = [node_settings(Settings(), i, tmp_path, ("torch", "llama_cpp", "mlx")).model.backend for i in range(4)]
     assert chosen == ["torch", "llama_cpp", "mlx", "torch"]

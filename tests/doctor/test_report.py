@@ -15,9 +15,9 @@ import pytest
 
 from backends.base import Hardware
 from swarm_app.cli import main
+from swarm_app.doctor import report as doctor_command
 from swarm_app.kernel import hardware
 from swarm_app.kernel.hardware import Sources
-from swarm_app.session import doctor as doctor_command
 from tests.kernel.test_hardware import X86_CPUINFO, mac_bin, nvidia_bin
 
 pytest.importorskip("torch")  # the decisions below assume the default install (torch, transformers, peft)

@@ -23,7 +23,7 @@ from swarm_app.kernel.events import Event, RoundFinished
 from swarm_app.kernel.paths import user_dirs
 from swarm_app.kernel.settings import Settings
 from swarm_app.kernel.stopping import on_stop_signals
-from swarm_app.session.session import Session
+from swarm_app.session.session import Session, SessionOptions
 
 
 @dataclass
@@ -88,8 +88,9 @@ async def run_demo_swarm(base: Settings, nodes: int, out_dir: Path,
                 summary.total_reward += m.reward_local_sum + m.reward_external_sum
                 summary.used += m.n_external
 
-        session = Session(node_settings(base, index, out_dir, backends), exchange=node, on_event=on_event, fresh=True,
-                          baseline=index == 0, final_evaluation=True)
+        options = SessionOptions(fresh=True, baseline=index == 0, final_evaluation=True)
+        session = Session(node_settings(base, index, out_dir, backends), options, exchange=node)
+        session.subscribe(on_event)
         sessions.append(session)
         if on_session is not None:
             on_session(index, session)
