@@ -55,6 +55,8 @@ class RoundMetrics:
     """Optimizer steps the update took (epochs x minibatches); None without an update."""
     heldout_acc: float | None = None
     """Held-out accuracy, on evaluation rounds only."""
+    heldout_n: int | None = None
+    """Held-out items scored, on evaluation rounds only."""
     eval_s: float | None = None
     rss_bytes: int = 0
     """Resident memory of the process after the round (0: unknown)."""
@@ -213,6 +215,26 @@ class EvaluationFinished(Event):
     kind: str = "scheduled"
     n: int = 0
     """Held-out questions scored (0: not said, from a node of an earlier version)."""
+
+
+@dataclass(frozen=True)
+class RolledBack(Event):
+    """Held-out accuracy fell below the best by more than its noise (training/rollback.py): the node went
+    back to the best checkpoint's adapter after round `round`; the round counter goes on."""
+
+    round: int
+    to_round: int
+    best: float
+    now: float
+    threshold: float
+    n: int
+
+    @property
+    def text(self) -> str:
+        """The line the views show."""
+        return (f"rolled back after round {self.round} to the adapter of round {self.to_round}: held-out accuracy "
+                f"{self.now:.3f} fell below the best {self.best:.3f} by more than its noise ({self.threshold:.3f} "
+                f"at {self.n} questions)")
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,7 @@ from swarm_app.resources.policy import GuestPolicy
 from swarm_app.session.bus import EventBus, LogForwarder
 from swarm_app.session.engine import OpenedEngine, open_engine, prepare_model
 from swarm_app.session.peering import Peering
+from swarm_app.session.rollback import RollbackGuard
 from swarm_app.session.setup import (
     check_run_matches,
     detect_hardware,
@@ -110,6 +111,8 @@ class Session:
         self.run_dir = run_dir_of(settings)
         self.metrics = MetricsLog(self.run_dir / "metrics.jsonl")
         self.checkpoints = Checkpoints(self.run_dir)
+        self.guard = RollbackGuard(settings.train.rollback, settings.train.eval_n)
+        """Keeps the best-evaluated checkpoint and goes back to it when held-out accuracy falls (rollback.py)."""
         self.trainer: Trainer | None = None
         self.engine: OpenedEngine | None = None
         self.model = None
@@ -273,6 +276,7 @@ class Session:
         state, folder = self.checkpoints.restore(lambda folder: load_checkpoint_adapter(backend, self.backend_name, folder))
         self.metrics.keep_rounds(state.round)
         self.metrics_rows = len(self.metrics.rows())
+        self.guard.resume(self)
         self.last_checkpoint = str(folder)
         self.next_round = state.round + 1
         log.info("resuming %s after round %d", self.run_dir, state.round)
@@ -367,8 +371,11 @@ class Session:
                 await asyncio.to_thread(self._record, metrics.to_row())
                 last_done, self.next_round = t, t + 1
                 self.events.publish(RoundFinished(metrics))
-                if t % self.settings.train.checkpoint_every == 0:
+                best = await self.guard.after_round(self, metrics)
+                if self.guard.needs_checkpoint or t % self.settings.train.checkpoint_every == 0:
                     last_saved = await self._save(t)
+                if best is not None:
+                    await self.guard.mark(self, best)
             if self._stopping:
                 reason = "interrupted"
             elif self.final_evaluation:
@@ -433,14 +440,14 @@ class Session:
         await asyncio.to_thread(self._append, row)
         return result
 
-    def _append(self, row: dict) -> None:
+    def append_row(self, row: dict) -> None:
         try:
             self.metrics.append(row)
         except OSError as exc:
             raise write_failed(self.metrics.path, exc) from None
 
     def _record(self, row: dict) -> None:
-        self._append(row)
+        self.append_row(row)
         self.last_row = row
         self.metrics_rows += 1
 

@@ -137,7 +137,8 @@ class Trainer:
             result = self.evaluate(metrics.round)
         except Cancelled:
             return metrics  # the update is done and kept; only its evaluation was cut short
-        return dataclasses.replace(metrics, heldout_acc=result.accuracy, eval_s=round(time.perf_counter() - started, 3))
+        return dataclasses.replace(metrics, heldout_acc=result.accuracy, heldout_n=result.n,
+                                   eval_s=round(time.perf_counter() - started, 3))
 
     def _cancel_check(self, done: int, total: int) -> None:
         if self.stop_requested.is_set():

@@ -23,6 +23,7 @@ from swarm_app.kernel.events import (
     PeerRow,
     PeersUpdated,
     PhaseProgress,
+    RolledBack,
     RoundFinished,
     RoundStarted,
     RunStarted,
@@ -121,6 +122,8 @@ class ViewState:
     """A held-out curve of the same model trained alone, to compare with (none found: None)."""
     last_warning: str = ""
     last_checkpoint: str = ""
+    rollbacks: list = field(default_factory=list)
+    """RolledBack events of this run so far (automatic rollback to the best-evaluated checkpoint)."""
     stop_line: str = ""
     curves: Curves = field(default_factory=Curves)
     peers: tuple[PeerRow, ...] = ()
@@ -252,5 +255,6 @@ _HANDLERS = {
     SharingChanged: _set(sharing=lambda e: e.sharing),
     SoloCurveFound: _set(solo=lambda e: replace(e, source=safe_text(e.source))),
     LogRecorded: _log,
+    RolledBack: lambda s, e: s.rollbacks.append(e),
     RunStopped: _stopped,
 }
