@@ -19,12 +19,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 ALLOWED = {
     "cli": {"cli", "commands", "session", "kernel"},
-    "commands": {"commands", "tui", "headless", "watch", "experiment", "session", "kernel"},
+    "commands": {"commands", "tui", "headless", "watch", "experiment", "session", "record", "kernel"},
     "tui": {"tui", "kernel"},
     "headless": {"headless", "kernel"},
     "watch": {"watch", "kernel"},
     "experiment": {"experiment", "session", "training", "peer/io", "peer/core", "kernel", "backends"},
-    "session": {"session", "resources", "training", "peer/io", "peer/core", "kernel", "backends"},
+    "session": {"session", "resources", "record", "training", "peer/io", "peer/core", "kernel", "backends"},
+    "record": {"record", "training", "kernel"},
     "resources": {"resources", "kernel"},
     "training": {"training", "kernel", "backends"},
     "peer/io": {"peer/io", "peer/core", "kernel"},

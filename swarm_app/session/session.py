@@ -28,6 +28,7 @@ from swarm_app.kernel.events import (
     CheckpointSaved,
     Event,
     ModelLoading,
+    RecordUpdated,
     RoundFinished,
     RoundStarted,
     RunStarted,
@@ -39,6 +40,7 @@ from swarm_app.kernel.paths import user_dirs
 from swarm_app.kernel.rollouts import RolloutExchange
 from swarm_app.kernel.runlock import RunLock
 from swarm_app.kernel.settings import Settings
+from swarm_app.record.ledger import Ledger
 from swarm_app.resources.guest import LEVELS, lower_priority
 from swarm_app.resources.pausing import Pausing
 from swarm_app.resources.policy import GuestPolicy
@@ -111,6 +113,8 @@ class Session:
         self.run_dir = run_dir_of(settings)
         self.metrics = MetricsLog(self.run_dir / "metrics.jsonl")
         self.checkpoints = Checkpoints(self.run_dir)
+        self.ledger = Ledger()
+        """The run's participant record, folded from every row written (record/ledger.py)."""
         self.guard = RollbackGuard(settings.train.rollback, settings.train.eval_n)
         """Keeps the best-evaluated checkpoint and goes back to it when held-out accuracy falls (rollback.py)."""
         self.trainer: Trainer | None = None
@@ -222,6 +226,7 @@ class Session:
             self._resume(backend)
         else:
             self.metrics.keep_rounds(0)  # rows of rounds that never reached a checkpoint
+        self.ledger = Ledger.of_rows(self.metrics.all_rows())
         write_run_file(self.run_dir, model_dir, self.settings, self.seed, self.backend_name)
         if self.exchange is None and self.peer_config is not None:
             self.exchange = self.peering.build(lambda: self.last_row)
@@ -347,6 +352,7 @@ class Session:
                                        offline=self.peer_node is None,
                                        resources=self.guest.describe(self.settings.resources.level, self.priority),
                                        external=self.settings.train.external))
+        self.events.publish(RecordUpdated(self.ledger.record()))
         last_saved = last_done = self.next_round - 1
         reason, error = "finished", None
         watchers: list[asyncio.Future] = []
@@ -376,6 +382,7 @@ class Session:
                     last_saved = await self._save(t)
                 if best is not None:
                     await self.guard.mark(self, best)
+                self.events.publish(RecordUpdated(self.ledger.record()))
             if self._stopping:
                 reason = "interrupted"
             elif self.final_evaluation:
@@ -437,7 +444,8 @@ class Session:
             return None
         row = evaluation_row(round_index, kind, result.accuracy, result.n, result.per_task,
                              round(time.perf_counter() - started, 3), time.time())
-        await asyncio.to_thread(self._append, row)
+        await asyncio.to_thread(self.append_row, row)
+        self.events.publish(RecordUpdated(self.ledger.record()))
         return result
 
     def append_row(self, row: dict) -> None:
@@ -445,6 +453,7 @@ class Session:
             self.metrics.append(row)
         except OSError as exc:
             raise write_failed(self.metrics.path, exc) from None
+        self.ledger.fold(row)
 
     def _record(self, row: dict) -> None:
         self.append_row(row)

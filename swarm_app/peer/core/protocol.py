@@ -39,7 +39,7 @@ from swarm_app.peer.core.own_rollouts import OwnRollouts
 from swarm_app.peer.core.pool import PoolEntry
 from swarm_app.peer.core.ratelimit import TokenBucket
 from swarm_app.peer.core.scores import PeerBook, PeerRecord
-from swarm_app.peer.core.wire import WireError, item_from_json
+from swarm_app.peer.core.wire import SignedRollout, WireError, item_from_json
 
 log = logging.getLogger(__name__)
 
@@ -270,7 +270,7 @@ class NodeCore(OutboundLinks):
         signed = self.pool.for_pull(pull.have, min(pull.max, self.config.pull_max), int(now * 1000), c.peer, self.rng,
                                     int(self.config.pull_fresh_s * 1000), pull.heard or (), pull.held,
                                     pull.recent or ())
-        return Send(c.conn, {"t": "sample", "re": pull.id, "items": fit_items([s.to_item() for s in signed])})
+        return Send(c.conn, {"t": "sample", "re": pull.id, "items": self._served(signed)})
 
     def _receive(self, c: Connection, items: list[Any], pushed: bool, now: float) -> list[Action]:
         sender = self.peers.get(c.peer, now)
@@ -381,7 +381,13 @@ class NodeCore(OutboundLinks):
         self.counters["http_samples_served"] += 1
         signed = self.pool.for_pull(have, max(1, min(limit, self.config.pull_max)), int(now * 1000), "", self.rng,
                                     int(self.config.pull_fresh_s * 1000), heard or (), held, recent or ())
-        return fit_items([s.to_item() for s in signed])
+        return self._served(signed)
+
+    def _served(self, signed: list[SignedRollout]) -> list[Any]:
+        """A pull answer's items (as many as fit in a frame), counting the copies of own rollouts among them."""
+        items = fit_items([s.to_item() for s in signed])
+        self.counters["own_served"] += sum(self.pool.is_own(s.id) for s in signed[:len(items)])
+        return items
 
     def set_reachable(self, reachable: bool | None) -> None:
         """What dial-back found: peers can dial this node (True), cannot (False), or not known yet (None)."""

@@ -75,6 +75,8 @@ class NodeStats:
     """Witnesses it takes to count as reachable."""
     refusals: dict[str, int] = field(default_factory=dict)
     """Hellos refused either way, by reason (another swarm, an older version)."""
+    served: int = 0
+    """Copies of own rollouts handed to peers in answers to their pulls (websocket and HTTP)."""
     upnp: str = ""
     """The router port mapping: "" (not tried), "missing" (library absent), "none" (no gateway or refused),
     "mapped" (the router says it forwards the port; dial-back decides whether it works)."""
@@ -101,4 +103,4 @@ def snapshot(core: "NodeCore", address: str | None, now: float) -> NodeStats:
     return NodeStats(core.node_id, address, core.config.share, directions.count("in"), directions.count("out"),
                      len(core.addresses), len(core.pool), core.pool.nbytes, len(core.admission.seen),
                      core.counters["published"], core.counters["pushes"], core.counters["accepted"], dict(core.rejected),
-                     core.counters["bans"], rows)
+                     core.counters["bans"], rows, served=core.counters["own_served"])
