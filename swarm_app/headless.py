@@ -17,6 +17,7 @@ from swarm_app.kernel.events import (
     Event,
     ModelLoading,
     ReachabilityChanged,
+    RolledBack,
     RoundFinished,
     RoundMetrics,
     RunStarted,
@@ -93,6 +94,8 @@ def _short_line(event: Event) -> str:
         return "resumed"
     if isinstance(event, SharingChanged):
         return "sharing own rollouts" if event.sharing else "not sharing own rollouts (still receiving)"
+    if isinstance(event, RolledBack):
+        return event.text
     if isinstance(event, SoloCurveFound):
         return f"held-out compared with: {event.source} ({event.accuracy[-1]:.3f} at round {event.rounds[-1]})"
     # Not printed: scheduled evaluations (the round line carries held-out accuracy and eval time) and

@@ -28,7 +28,7 @@ experiment, which runs the demo's nodes) import a feature."""
 
 ALLOWED = {
     "cli": {"cli", "commands", "session", "kernel"},
-    "commands": {"commands", "tui", "headless", "watch", *FEATURES, "session", "kernel"},
+    "commands": {"commands", "tui", "headless", "watch", *FEATURES, "session", "record", "kernel"},
     "tui": {"tui", "kernel"},
     "headless": {"headless", "kernel"},
     "watch": {"watch", "net", "kernel"},
@@ -41,7 +41,8 @@ ALLOWED = {
     "identity": {"identity", "peer/core", "kernel"},
     "multi_gpu": {"multi_gpu", "kernel"},
     # what every feature stands on
-    "session": {"session", "resources", "training", "peer/io", "peer/core", "kernel", "backends"},
+    "session": {"session", "resources", "record", "training", "peer/io", "peer/core", "kernel", "backends"},
+    "record": {"record", "training", "kernel"},
     "resources": {"resources", "kernel"},
     "training": {"training", "kernel", "backends"},
     "peer/io": {"peer/io", "peer/core", "net", "kernel"},

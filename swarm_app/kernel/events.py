@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
+from swarm_app.kernel.record import ParticipantRecord
+
 
 @dataclass(frozen=True)
 class Event:
@@ -55,6 +57,8 @@ class RoundMetrics:
     """Optimizer steps the update took (epochs x minibatches); None without an update."""
     heldout_acc: float | None = None
     """Held-out accuracy, on evaluation rounds only."""
+    heldout_n: int | None = None
+    """Held-out items scored, on evaluation rounds only."""
     eval_s: float | None = None
     rss_bytes: int = 0
     """Resident memory of the process after the round (0: unknown)."""
@@ -65,6 +69,16 @@ class RoundMetrics:
     rollouts_sent: int | None = None
     rollouts_accepted: int | None = None
     rollouts_rejected: int | None = None
+    # What this node gave and got in this round (per round, so that sums over a run's rows survive restarts,
+    # which reset the node's counters above); None when the node is offline or takes no peers' groups.
+    shared: int | None = None
+    """Own rollouts signed and offered to peers since the previous round's row."""
+    pushed: int | None = None
+    """Copies of own rollouts pushed to peers since the previous row (whether each peer kept it is not known)."""
+    served: int | None = None
+    """Copies of own rollouts handed to peers in answers to their pulls since the previous row."""
+    used_from: dict[str, int] | None = None
+    """Peers' groups (each with a reward spread) in this round's update, by author node id."""
     # Own versus external groups in the update (training/diagnostics.py defines each); None when a round
     # has no such group or the engine reports no per-sample figures.
     logp_own: float | None = None
@@ -213,6 +227,35 @@ class EvaluationFinished(Event):
     kind: str = "scheduled"
     n: int = 0
     """Held-out questions scored (0: not said, from a node of an earlier version)."""
+
+
+@dataclass(frozen=True)
+class RolledBack(Event):
+    """Held-out accuracy fell below the best by more than its noise (training/rollback.py): the node went
+    back to the best checkpoint's adapter after round `round`; the round counter goes on."""
+
+    round: int
+    to_round: int
+    best: float
+    now: float
+    threshold: float
+    n: int
+
+    @property
+    def text(self) -> str:
+        """The line the views show."""
+        return (f"rolled back after round {self.round} to the adapter of round {self.to_round}: held-out accuracy "
+                f"{self.now:.3f} fell below the best {self.best:.3f} by more than its noise ({self.threshold:.3f} "
+                f"at {self.n} questions)")
+
+
+@dataclass(frozen=True)
+class RecordUpdated(Event):
+    """The run's participant record (kernel/record.py) after a row was written: at the start, after each round
+    and after each evaluation."""
+
+    replaceable: ClassVar[bool] = True
+    record: ParticipantRecord
 
 
 @dataclass(frozen=True)

@@ -92,6 +92,9 @@ class TrainSettings:
     checkpoint_every: int = setting(1, "Checkpoint every k rounds (and on Ctrl-C).", low=1)
     eval_every: int = setting(5, "Held-out evaluation every N rounds (0: never).", low=0)
     eval_n: int = setting(64, "Held-out questions per evaluation.", low=1, high=100000)
+    rollback: bool = setting(True, "Go back to the best-evaluated checkpoint when held-out accuracy falls below the "
+                             "best by more than its noise (4 standard errors of the difference at the evaluation's "
+                             "size; swarm_app/training/rollback.py). false: never.")
 
 
 @dataclass

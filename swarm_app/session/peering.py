@@ -40,6 +40,8 @@ class Peering:
         """The config of the session's own node (None when the caller brought the node, or there is none)."""
         self._brought = exchange is not None
         self._alone_warned = False
+        self._counted = {"shared": 0, "pushed": 0, "served": 0}
+        """The node's counters at the previous round's row (a node counts from 0 when it starts)."""
 
     def configure(self, settings: Settings) -> None:
         """The config of the session's own node from the [peer] settings (UsageError when they are bad): when
@@ -98,9 +100,11 @@ class Peering:
             return {}
         stats = self.node.stats()
         self._warn_when_alone(stats.neighbours)
+        now = {"shared": stats.published, "pushed": stats.sent, "served": stats.served}
+        since, self._counted = {k: now[k] - self._counted[k] for k in now}, now
         return {"peers": stats.neighbours, "pool": stats.pool_size, "rollouts_published": stats.published,
                 "rollouts_sent": stats.sent, "rollouts_accepted": stats.accepted,
-                "rollouts_rejected": sum(stats.rejected.values())}
+                "rollouts_rejected": sum(stats.rejected.values()), **since}
 
     def _warn_when_alone(self, neighbours: int) -> None:
         """Say once (until a peer connects) that the peers the user named cannot be reached."""

@@ -29,6 +29,7 @@ from swarm_app.kernel.events import (
     CheckpointSaved,
     Event,
     ModelLoading,
+    RecordUpdated,
     RoundFinished,
     RoundStarted,
     RunStarted,
@@ -40,12 +41,14 @@ from swarm_app.kernel.paths import user_dirs
 from swarm_app.kernel.rollouts import RolloutExchange
 from swarm_app.kernel.runlock import RunLock
 from swarm_app.kernel.settings import Settings
+from swarm_app.record.ledger import Ledger
 from swarm_app.resources.guest import LEVELS, lower_priority
 from swarm_app.resources.pausing import Pausing
 from swarm_app.resources.policy import GuestPolicy
 from swarm_app.session.bus import EventBus, LogForwarder
 from swarm_app.session.engine import OpenedEngine, detect_hardware, load_checkpoint_adapter, open_engine, prepare_model
 from swarm_app.session.peering import Peering
+from swarm_app.session.rollback import RollbackGuard
 from swarm_app.session.run_folder import (
     check_run_matches,
     move_old_run_aside,
@@ -117,6 +120,10 @@ class Session:
         self.run_dir = run_dir_of(settings)
         self.metrics = MetricsLog(self.run_dir / "metrics.jsonl")
         self.checkpoints = Checkpoints(self.run_dir)
+        self.ledger = Ledger()
+        """The run's participant record, folded from every row written (record/ledger.py)."""
+        self.guard = RollbackGuard(settings.train.rollback, settings.train.eval_n)
+        """Keeps the best-evaluated checkpoint and goes back to it when held-out accuracy falls (rollback.py)."""
         self.trainer: Trainer | None = None
         self.engine: OpenedEngine | None = None
         self.model = None
@@ -226,6 +233,7 @@ class Session:
             self._resume(backend)
         else:
             self.metrics.keep_rounds(0)  # rows of rounds that never reached a checkpoint
+        self.ledger = Ledger.of_rows(self.metrics.all_rows())
         write_run_file(self.run_dir, model_dir, self.settings, self.seed, self.backend_name)
         if self.exchange is None and self.peer_config is not None:
             self.exchange = self.peering.build(lambda: self.last_row)
@@ -280,6 +288,7 @@ class Session:
         state, folder = self.checkpoints.restore(lambda folder: load_checkpoint_adapter(backend, self.backend_name, folder))
         self.metrics.keep_rounds(state.round)
         self.metrics_rows = len(self.metrics.rows())
+        self.guard.resume(self)
         self.last_checkpoint = str(folder)
         self.next_round = state.round + 1
         log.info("resuming %s after round %d", self.run_dir, state.round)
@@ -350,6 +359,7 @@ class Session:
                                        offline=self.peer_node is None,
                                        resources=self.guest.describe(self.settings.resources.level, self.priority),
                                        external=self.settings.train.external))
+        self.events.publish(RecordUpdated(self.ledger.record()))
         last_saved = last_done = self.next_round - 1
         reason, error = "finished", None
         watchers: list[asyncio.Future] = []
@@ -374,8 +384,12 @@ class Session:
                 await asyncio.to_thread(self._record, metrics.to_row())
                 last_done, self.next_round = t, t + 1
                 self.events.publish(RoundFinished(metrics))
-                if t % self.settings.train.checkpoint_every == 0:
+                best = await self.guard.after_round(self, metrics)
+                if self.guard.needs_checkpoint or t % self.settings.train.checkpoint_every == 0:
                     last_saved = await self._save(t)
+                if best is not None:
+                    await self.guard.mark(self, best)
+                self.events.publish(RecordUpdated(self.ledger.record()))
             if self._stopping:
                 reason = "interrupted"
             elif self.options.final_evaluation:
@@ -437,17 +451,19 @@ class Session:
             return None
         row = evaluation_row(round_index, kind, result.accuracy, result.n, result.per_task,
                              round(time.perf_counter() - started, 3), time.time())
-        await asyncio.to_thread(self._append, row)
+        await asyncio.to_thread(self.append_row, row)
+        self.events.publish(RecordUpdated(self.ledger.record()))
         return result
 
-    def _append(self, row: dict) -> None:
+    def append_row(self, row: dict) -> None:
         try:
             self.metrics.append(row)
         except OSError as exc:
             raise write_failed(self.metrics.path, exc) from None
+        self.ledger.fold(row)
 
     def _record(self, row: dict) -> None:
-        self._append(row)
+        self.append_row(row)
         self.last_row = row
         self.metrics_rows += 1
 

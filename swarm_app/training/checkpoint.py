@@ -25,7 +25,7 @@ from swarm_app.kernel.files import fsync_dir, retry_on_descriptor_shortage, writ
 log = logging.getLogger(__name__)
 
 KEEP = 2
-"""Complete checkpoints kept on disk (the newest and one before it)."""
+"""Complete checkpoints kept on disk (the newest and one before it); the best-evaluated one is kept besides."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,32 @@ class Checkpoints:
     @property
     def latest_file(self) -> Path:
         return self.folder / "latest.json"
+
+    @property
+    def best_file(self) -> Path:
+        return self.folder / "best.json"
+
+    def rounds(self) -> set[int]:
+        """The rounds of the complete checkpoints on disk."""
+        return {int(p.name.split("-")[1]) for p in self.folder.glob("round-*") if p.is_dir()
+                and p.name.split("-")[1].isdigit()}
+
+    def folder_of(self, round_index: int) -> Path:
+        return self.folder / f"round-{round_index:06d}"
+
+    def mark_best(self, round_index: int, accuracy: float, n: int) -> None:
+        """Name the checkpoint of `round_index` (complete on disk) the best evaluated; the previous best may
+        then be pruned."""
+        write_text_atomic(self.best_file, json.dumps({"dir": self.folder_of(round_index).name, "round": round_index,
+                                                      "heldout_acc": accuracy, "n": n}))
+        self._prune(keep=set())
+
+    def best_round(self) -> int | None:
+        """The round `best.json` names (None: no best yet, or the file is unreadable)."""
+        try:
+            return int(json.loads(self.best_file.read_text(encoding="utf-8"))["round"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
 
     def exists(self) -> bool:
         """Whether the run has any checkpoint (a lost latest.json still leaves its folders)."""
@@ -126,6 +152,9 @@ class Checkpoints:
 
     def _prune(self, keep: set[str]) -> None:
         complete = sorted(p for p in self.folder.glob("round-*") if p.is_dir())
+        best = self.best_round()
+        if best is not None:
+            keep = keep | {self.folder_of(best).name}
         for old in complete[:-KEEP]:
             if old.name not in keep:
                 shutil.rmtree(old, ignore_errors=True)

@@ -15,6 +15,7 @@ import dataclasses
 import logging
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -109,7 +110,8 @@ class Trainer:
         for group in external:
             self.exchange.record_used(group.rollout, mean([abs(a) for a in group.advantages]))
         metrics = self._metrics(t, own, external, stats, gen_s, time.perf_counter() - train_started)
-        metrics = dataclasses.replace(metrics, external_checked=checked if self.plan.external else None,
+        used_from = dict(Counter(group.rollout.author for group in external)) if self.plan.external else None
+        metrics = dataclasses.replace(metrics, external_checked=checked if self.plan.external else None, used_from=used_from,
                                       **round_diagnostics(own, external, checked, [peer for _, peer in training_set], stats))
         if self.plan.eval_every and t % self.plan.eval_every == 0 and not self.stop_requested.is_set():
             metrics = self._with_evaluation(metrics)
@@ -137,7 +139,8 @@ class Trainer:
             result = self.evaluate(metrics.round)
         except Cancelled:
             return metrics  # the update is done and kept; only its evaluation was cut short
-        return dataclasses.replace(metrics, heldout_acc=result.accuracy, eval_s=round(time.perf_counter() - started, 3))
+        return dataclasses.replace(metrics, heldout_acc=result.accuracy, heldout_n=result.n,
+                                   eval_s=round(time.perf_counter() - started, 3))
 
     def _cancel_check(self, done: int, total: int) -> None:
         if self.stop_requested.is_set():

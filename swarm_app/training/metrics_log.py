@@ -42,6 +42,10 @@ class MetricsLog:
         """The rows of completed rounds; lines that are not rows are skipped (see `keep_rounds`)."""
         return [row for row in self._read()[0] if "type" not in row]
 
+    def all_rows(self) -> list[dict[str, Any]]:
+        """Every row (rounds, evaluations, rollbacks) in the order written; lines that are not rows are skipped."""
+        return self._read()[0]
+
     def evaluations(self) -> list[dict[str, Any]]:
         """The evaluation rows (`e`, the demo's baseline and final evaluations), in the order written."""
         return [row for row in self._read()[0] if row.get("type") == EVAL_ROW]

@@ -21,6 +21,7 @@ from swarm_app.kernel.events import (
     EvaluationFinished,
     LogRecorded,
     PeersUpdated,
+    RolledBack,
     RoundFinished,
     RunStopped,
     SoloCurveFound,
@@ -152,6 +153,8 @@ class SwarmApp(App[int]):
             self._stale.add("chart")
         if isinstance(event, (PeersUpdated, RoundFinished)):
             self._stale.add("peers")
+        if isinstance(event, RolledBack):
+            self.notify(event.text, title="Rollback", severity="warning", timeout=10)
         if isinstance(event, RunStopped) and self.controls is None:
             self.notify(self.state.stop_line, title="The node stopped")
         self._stale.add("dashboard")

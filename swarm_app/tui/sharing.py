@@ -5,7 +5,10 @@
 2. the share of its learning signal that came from peers: of the groups with a reward spread in its
    updates (the only groups that change the policy: grpo.py), how many were peers' (the figure of the
    peers tab and of `swarm experiment`'s table), and how many peers' groups it received;
-3. its held-out accuracy beside a solo run of the same model (`SoloCurveFound`), or why there is none.
+3. its held-out accuracy beside a solo run of the same model (`SoloCurveFound`), or why there is none;
+4. once the node sends its participant record (`RecordUpdated`, kernel/record.py): what it gave, whose
+   groups it used most, its held-out gain since the first evaluation and its rollbacks (`swarm stats`
+   prints the whole record).
 A node that trains with `--external 0` shares but learns only from its own groups: the panel says so,
 and how to learn from peers too. Pure text from a `ViewState`, like the other dashboard widgets.
 """
@@ -96,6 +99,22 @@ def _beside_solo(s: ViewState) -> Text:
                          (s.solo.source, "dim"))
 
 
+def record_line(s: ViewState) -> Text:
+    """gave, used from how many peers, held-out gain since the first evaluation, rollbacks, then (cut first on a
+    narrow terminal) the peer whose groups it used most."""
+    r = s.record
+    parts = [f"gave {r.shared:,}" if r.online_rounds else "gave nothing (offline)",
+             f"used {r.groups_used:,} from {r.peers_used} peer{'s' if r.peers_used != 1 else ''}"]
+    if r.gain is not None:
+        parts.append(f"held-out {r.gain * POINTS:+.1f} pts")
+    if r.rollbacks:
+        parts.append(f"{r.rollbacks} rollback{'s' if r.rollbacks != 1 else ''}")
+    most = next(iter(r.top_peers.items()), None)
+    if most is not None:
+        parts.append(f"most from {most[0][:8]} ({most[1]:,})")
+    return Text.assemble(("record ", "dim"), " · ".join(parts))
+
+
 class SharingPanel(Static):
     """See the module docstring; its border title names it."""
 
@@ -103,4 +122,6 @@ class SharingPanel(Static):
         self.border_title = "Sharing: what peers did for this node"
 
     def show(self, s: ViewState) -> None:
-        self.update(Text("\n").join([reward_line(s), signal_line(s), heldout_line(s)]))
+        lines = [reward_line(s), signal_line(s), heldout_line(s)] + ([record_line(s)] if s.record else [])
+        self.styles.height = len(lines) + 1  # the border line
+        self.update(Text("\n").join(lines))

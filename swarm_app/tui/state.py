@@ -23,6 +23,8 @@ from swarm_app.kernel.events import (
     PeerRow,
     PeersUpdated,
     PhaseProgress,
+    RecordUpdated,
+    RolledBack,
     RoundFinished,
     RoundStarted,
     RunStarted,
@@ -33,6 +35,7 @@ from swarm_app.kernel.events import (
     TrainingPaused,
     TrainingResumed,
 )
+from swarm_app.kernel.record import ParticipantRecord
 
 MOVING_AVERAGE = 10
 """Rounds in the chart's moving average: the bundled model's per-round reward swings by +-0.2."""
@@ -121,6 +124,10 @@ class ViewState:
     """A held-out curve of the same model trained alone, to compare with (none found: None)."""
     last_warning: str = ""
     last_checkpoint: str = ""
+    record: ParticipantRecord | None = None
+    """The run's participant record (RecordUpdated); None until the node sends one."""
+    rollbacks: list = field(default_factory=list)
+    """RolledBack events of this run so far (automatic rollback to the best-evaluated checkpoint)."""
     stop_line: str = ""
     curves: Curves = field(default_factory=Curves)
     peers: tuple[PeerRow, ...] = ()
@@ -228,6 +235,11 @@ def _stopped(s: ViewState, e: RunStopped) -> None:
     s.last_checkpoint = e.adapter or s.last_checkpoint
 
 
+def _record(s: ViewState, e: RecordUpdated) -> None:
+    peers = {safe_text(node_id, 64): groups for node_id, groups in e.record.top_peers.items()}
+    s.record = replace(e.record, top_peers=peers)
+
+
 def _set(**values):
     def handler(s: ViewState, e: Event) -> None:
         for name, value in values.items():
@@ -252,5 +264,7 @@ _HANDLERS = {
     SharingChanged: _set(sharing=lambda e: e.sharing),
     SoloCurveFound: _set(solo=lambda e: replace(e, source=safe_text(e.source))),
     LogRecorded: _log,
+    RolledBack: lambda s, e: s.rollbacks.append(e),
+    RecordUpdated: _record,
     RunStopped: _stopped,
 }

@@ -43,3 +43,17 @@ def test_dashboard_in_a_light_theme(snap_compare):
 def test_dashboard_of_a_node_that_learns_alone(snap_compare):
     """The sharing panel of a node with --external 0 says that it learns alone and how to learn from peers."""
     assert snap_compare(scripted_app(external=0), terminal_size=(80, 24), run_before=showing("1"))
+
+
+def test_dashboard_with_the_participant_record(snap_compare):
+    """The sharing panel's record line (RecordUpdated): gave, used from whom, held-out gain, rollbacks."""
+    from swarm_app.kernel.events import RecordUpdated
+    from swarm_app.kernel.record import ParticipantRecord
+
+    record = ParticipantRecord(rounds=12, online_rounds=12, shared=96, pushed=192, served=14, groups_used=40,
+                               peers_used=3, top_peers={"3f2a9c1d77e0b4aa": 22, "b7c1e09f3a2d4c55": 12},
+                               first_round=0, first_accuracy=0.32, latest_round=10, latest_accuracy=0.41,
+                               rollbacks=1)
+    events = dashboard_script() + [RecordUpdated(record)]
+    app = SwarmApp(scripted(events, asyncio.Event()), subtitle="/runs/demo", clock=lambda: T0 + 25)
+    assert snap_compare(app, terminal_size=(80, 24), run_before=showing("1"))

@@ -31,7 +31,7 @@ from swarm_app.peer.core.pool import PoolEntry
 from swarm_app.peer.core.ratelimit import TokenBucket
 from swarm_app.peer.core.scores import PeerBook, PeerRecord
 from swarm_app.peer.core.tally import Tally
-from swarm_app.peer.core.wire import WireError, item_from_json
+from swarm_app.peer.core.wire import SignedRollout, WireError, item_from_json
 
 log = logging.getLogger(__name__)
 
@@ -111,14 +111,20 @@ class Intake:
         signed = self.pool.for_pull(pull.have, min(pull.max, self.config.pull_max), int(now * 1000), c.peer, self.rng,
                                     int(self.config.pull_fresh_s * 1000), pull.heard or (), pull.held,
                                     pull.recent or ())
-        return Send(c.conn, {"t": "sample", "re": pull.id, "items": fit_items([s.to_item() for s in signed])})
+        return Send(c.conn, {"t": "sample", "re": pull.id, "items": self._served(signed)})
 
     def serve_http_sample(self, have: dict[str, int], limit: int, now: float, heard: HeardFilter | None,
                           held: HeardFilter | None, recent: HeardFilter | None) -> list[Any]:
         self.tally.count("http_samples_served")
         signed = self.pool.for_pull(have, max(1, min(limit, self.config.pull_max)), int(now * 1000), "", self.rng,
                                     int(self.config.pull_fresh_s * 1000), heard or (), held, recent or ())
-        return fit_items([s.to_item() for s in signed])
+        return self._served(signed)
+
+    def _served(self, signed: list[SignedRollout]) -> list[Any]:
+        """A pull answer's items (as many as fit in a frame), counting the copies of own rollouts among them."""
+        items = fit_items([s.to_item() for s in signed])
+        self.tally.count("own_served", sum(self.pool.is_own(s.id) for s in signed[:len(items)]))
+        return items
 
     def publish(self, rollout: Rollout, conns: list[int], now: float) -> list[Action]:
         """Sign an own rollout, file it, push it to `push_fanout` of `conns` (while the own-push budget lasts).

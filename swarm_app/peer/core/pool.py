@@ -193,6 +193,11 @@ class RolloutPool:
             return [e.signed.id for e in self._entries.values()
                     if e.rollout.created_ms >= since_ms and e.rollout.author != self.self_id]
 
+    def is_own(self, rollout_id: bytes) -> bool:
+        """Whether the pool holds `rollout_id` as one of this node's own rollouts."""
+        entry = self._entries.get(rollout_id)
+        return entry is not None and entry.author == self.self_id
+
     def for_pull(self, have: dict[str, int], limit: int, now_ms: int, requester: str,
                  rng: random.Random, max_age_ms: int | None = None,
                  heard: Container[str] = (), held: HeardFilter | None = None,

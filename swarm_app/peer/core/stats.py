@@ -71,6 +71,8 @@ class NodeStats:
     """Witnesses it takes to count as reachable."""
     refusals: dict[str, int] = field(default_factory=dict)
     """Hellos refused either way, by reason (another swarm, an older version)."""
+    served: int = 0
+    """Copies of own rollouts handed to peers in answers to their pulls (websocket and HTTP)."""
     upnp: str = ""
     """The router port mapping: "" (not tried), "missing" (library absent), "none" (no gateway or refused),
     "mapped" (the router says it forwards the port; dial-back decides whether it works)."""
