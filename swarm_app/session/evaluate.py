@@ -1,5 +1,8 @@
 """`swarm eval`: load a model (and optionally an adapter) through the run's code path and score it.
 
+`open_with_adapter` is the one way a command opens an engine on a trained adapter without training it
+(`swarm eval` here, `swarm chat` in swarm_app/chat/).
+
 `say(line)` hears what happens while it runs (the engine loading, questions answered so far): an
 evaluation of 200 questions takes a minute on a CPU, and the command shows that it is under way.
 """
@@ -15,7 +18,8 @@ from backends.base import BackendError, Hardware, Sampling
 from swarm_app.kernel import tasks
 from swarm_app.kernel.errors import ModelError
 from swarm_app.kernel.settings import Settings
-from swarm_app.session.engine import open_engine, prepare_model
+from swarm_app.session.engine import OpenedEngine, open_engine, prepare_model
+from swarm_app.session.model import ResolvedModel
 from swarm_app.training.checkpoint import Checkpoints
 from swarm_app.training.evaluation import EvalResult, SampledResult, evaluate, sampled_reward
 
@@ -46,14 +50,7 @@ def run_eval(settings: Settings, adapter: Path | None, n: int, hardware: Hardwar
     specs = tasks.preset(settings.tasks.preset)
     model = prepare_model(settings)  # the run's values, so its held-out scores compare with these
     adapter_dir = adapter_folder(adapter) if adapter else None
-    try:
-        shape = adapter_shape(adapter_dir) if adapter_dir is not None else None
-    except BackendError as exc:
-        raise ModelError(str(exc)) from None
-    if shape is not None:  # eval never trains: the adapter's own shape, whatever the LoRA settings say
-        settings.lora.rank, settings.lora.alpha = shape
-    backend = open_engine(settings, hardware, trainable=False, model=model,
-                          on_attempt=lambda name: say(f"loading {model.model_id} on the {name} engine")).backend
+    backend = open_with_adapter(settings, model, adapter_dir, hardware, say).backend
     refs = tasks.heldout(specs, n)
     m = settings.model
 
@@ -61,8 +58,6 @@ def run_eval(settings: Settings, adapter: Path | None, n: int, hardware: Hardwar
         return lambda done, total: say(f"{what}: {done}/{total} questions")
 
     try:
-        if adapter_dir is not None:
-            backend.load_adapter(adapter_dir)
         sampled = None
         if samples > 0:
             rollout = Sampling(max_new_tokens=m.max_new_tokens, temperature=m.temperature, top_p=m.top_p, seed=0)
@@ -73,6 +68,28 @@ def run_eval(settings: Settings, adapter: Path | None, n: int, hardware: Hardwar
         raise ModelError(str(exc)) from None
     finally:
         backend.close()
+
+
+def open_with_adapter(settings: Settings, model: ResolvedModel, adapter_dir: Path | None, hardware: Hardware | None,
+                      say: Callable[[str], None] = lambda line: None) -> OpenedEngine:
+    """An engine that only generates (eval, chat), with `adapter_dir`'s adapter loaded (None: the base model).
+    The LoRA shape is the adapter's own, whatever the LoRA settings say; a bad adapter is a ModelError and
+    the engine is closed again."""
+    try:
+        shape = adapter_shape(adapter_dir) if adapter_dir is not None else None
+    except BackendError as exc:
+        raise ModelError(str(exc)) from None
+    if shape is not None:
+        settings.lora.rank, settings.lora.alpha = shape
+    opened = open_engine(settings, hardware, trainable=False, model=model,
+                         on_attempt=lambda name: say(f"loading {model.model_id} on the {name} engine"))
+    if adapter_dir is not None:
+        try:
+            opened.backend.load_adapter(adapter_dir)
+        except BackendError as exc:
+            opened.backend.close()
+            raise ModelError(str(exc)) from None
+    return opened
 
 
 def adapter_folder(path: Path) -> Path:
