@@ -19,7 +19,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 ALLOWED = {
     "cli": {"cli", "commands", "session", "kernel"},
-    "commands": {"commands", "tui", "headless", "watch", "experiment", "session", "kernel"},
+    "commands": {"commands", "tui", "headless", "watch", "experiment", "chat", "session", "kernel"},
+    "chat": {"chat", "session", "training", "kernel", "backends"},
     "tui": {"tui", "kernel"},
     "headless": {"headless", "kernel"},
     "watch": {"watch", "kernel"},
