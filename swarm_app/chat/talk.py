@@ -35,6 +35,11 @@ def prompt_messages(text: str) -> list[dict[str, str]]:
     return [{"role": "system", "content": tasks.SYSTEM_PROMPT}, {"role": "user", "content": text}]
 
 
+def chat_sampling(settings: Settings, max_tokens: int = 0, temperature: float = 0.0) -> Sampling:
+    """How a chat decodes: greedy unless a temperature is given, up to the run's longest completion."""
+    return Sampling(max_tokens or settings.model.max_new_tokens, temperature, settings.model.top_p)
+
+
 def settings_for_run(settings: Settings, run: RunInfo | None) -> None:
     """The run's model and task preset in `settings`; a --model other than the run's is refused."""
     if run is None or run.model is None:

@@ -47,10 +47,9 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError("--prompt and --task: pass one (--task asks its own question)")
     if args.prompt is not None and not args.prompt.strip():
         raise UsageError("--prompt is empty: pass the text to answer")
-    from backends.base import Sampling
     from swarm_app.chat.lines import answer_prompt, converse
     from swarm_app.chat.run import read_run
-    from swarm_app.chat.talk import Talker, pick_specs, settings_for_run
+    from swarm_app.chat.talk import Talker, chat_sampling, pick_specs, settings_for_run
     from swarm_app.session.setup import detect_hardware, run_dir_of
 
     logs.to_file()
@@ -62,7 +61,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         talker.open()
         _progress(f"talking to {talker.source} on the {talker.opened.name} engine")
-        sampling = Sampling(max_tokens or settings.model.max_new_tokens, temperature, settings.model.top_p)
+        sampling = chat_sampling(settings, max_tokens, temperature)
         if args.prompt is not None:
             answer_prompt(talker, args.prompt, sampling, sys.stdout)
             return 0
