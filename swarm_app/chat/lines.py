@@ -8,6 +8,7 @@ it is given (the command's stdout); the model's answers are streamed, the rest i
 
 from __future__ import annotations
 
+import json
 import random
 from typing import Iterable, TextIO
 
@@ -58,3 +59,25 @@ def _write(out: TextIO, text: str) -> None:
     if text:
         out.write(text)
         out.flush()
+
+
+def serve_json_lines(talker: Talker, lines: Iterable[str], sampling: Sampling, out: TextIO) -> None:
+    """For programs (the TUI's chat view): {"prompt": TEXT} per line in; {"piece": TEXT} as the answer is
+    decoded, then {"done": true, "text": ..., "source": ...} out. A bad line gets {"error": ...}; the chat goes on."""
+    _send(out, {"ready": True, "source": talker.source})
+    for line in lines:
+        try:
+            text = json.loads(line)["prompt"]
+            if not isinstance(text, str) or not text.strip():
+                raise ValueError("an empty prompt")
+        except (ValueError, KeyError, TypeError) as exc:
+            _send(out, {"error": f"not a prompt ({exc}): send {{\"prompt\": TEXT}} per line"})
+            continue
+        talker.refresh()
+        completion = talker.answer(prompt_messages(text), sampling, lambda piece: _send(out, {"piece": piece}))
+        _send(out, {"done": True, "text": completion.text, "source": talker.source})
+
+
+def _send(out: TextIO, message: dict) -> None:
+    out.write(json.dumps(message) + "\n")
+    out.flush()

@@ -25,6 +25,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--temperature", metavar="T", default="0",
                         help="sampling temperature (default 0: greedy, as the held-out evaluation)")
     parser.add_argument("--max-tokens", metavar="N", default="", help="longest answer (default: the run's model.max_new_tokens)")
+    parser.add_argument("--json-lines", action="store_true", help='for programs (the TUI\'s chat view): {"prompt": '
+                        'TEXT} per line on stdin, the answer as JSON lines on stdout')
     flags.add_settings(parser, flags.MODEL + ("run.run_dir",))
     parser.set_defaults(handler=main)
 
@@ -47,7 +49,7 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError("--prompt and --task: pass one (--task asks its own question)")
     if args.prompt is not None and not args.prompt.strip():
         raise UsageError("--prompt is empty: pass the text to answer")
-    from swarm_app.chat.lines import answer_prompt, converse
+    from swarm_app.chat.lines import answer_prompt, converse, serve_json_lines
     from swarm_app.chat.run import read_run
     from swarm_app.chat.talk import Talker, chat_sampling, pick_specs, settings_for_run
     from swarm_app.session.setup import detect_hardware, run_dir_of
@@ -62,6 +64,9 @@ def main(args: argparse.Namespace) -> int:
         talker.open()
         _progress(f"talking to {talker.source} on the {talker.opened.name} engine")
         sampling = chat_sampling(settings, max_tokens, temperature)
+        if args.json_lines:
+            serve_json_lines(talker, sys.stdin, sampling, sys.stdout)
+            return 0
         if args.prompt is not None:
             answer_prompt(talker, args.prompt, sampling, sys.stdout)
             return 0
