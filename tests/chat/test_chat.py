@@ -124,3 +124,18 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(trained_run, tmp_path, 
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and needle in err[0], err
     assert snapshot(run_dir) == before and not (tmp_path / "missing").exists()
+
+
+def test_json_lines_answers_prompts_and_survives_a_bad_line(trained_run, capsys, monkeypatch):
+    """The TUI's chat process: a bad line is answered with an error and the next prompt still gets its answer."""
+    import io
+
+    run_dir, answer = trained_run
+    monkeypatch.setattr("sys.stdin", io.StringIO('not json\n{"prompt": "What is 3 + 4?"}\n'))
+    assert main(["chat", "--run-dir", str(run_dir), "--threads", "1", "--json-lines"]) == 0
+    messages = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert messages[0] == {"ready": True, "source": f"the adapter of round 3 of {run_dir}"}
+    assert "error" in messages[1]
+    pieces = [m["piece"] for m in messages[2:-1]]
+    assert len(pieces) > 1 and "".join(pieces) == answer
+    assert messages[-1] == {"done": True, "text": answer, "source": messages[0]["source"]}
