@@ -56,7 +56,8 @@ def main(args: argparse.Namespace) -> int:
 
     logs.to_file()
     run_dir = run_dir_of(settings)
-    run = read_run(run_dir) if not args.base or run_dir.is_dir() else None
+    # --base: the run's model where there is a run, unless --model names another
+    run = read_run(run_dir) if not args.base or (run_dir.is_dir() and "model.path" not in settings.given) else None
     settings_for_run(settings, run)
     specs = pick_specs(settings.tasks.preset, args.task) if args.task else None
     talker = Talker(settings, None if args.base else run_dir, detect_hardware(settings.model.backend), say=_progress)
