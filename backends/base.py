@@ -5,6 +5,8 @@ own chat template, samples completions, and applies one round's GRPO update give
 their advantages (the trainer computes rewards and advantages; the backend never sees a reward).
 Capability flags say what an engine can do, where the registry chooses by it; `is_available` must be cheap
 (no heavy imports). Every engine's generate lets a progress callback stop it with Cancelled (see Progress).
+`stream` (one completion, its text handed out as it is decoded) is optional: the base class falls back on
+generate and hands the whole text out at once; `supports_streaming` says which an engine does.
 """
 
 from __future__ import annotations
@@ -36,6 +38,10 @@ Progress = Callable[[int, int], None]
 """`progress(done, total)`: called by generate between decode steps (tokens) and by train_step after
 each optimizer step. In generate it may raise Cancelled; in train_step it only reports (an update that
 stopped half way would leave the adapter between two states)."""
+
+OnText = Callable[[str], None]
+"""`on_text(piece)`: the next piece of a completion's text as `stream` decodes it (the pieces join into the
+completion's text). It may raise Cancelled to stop decoding, as a Progress callback may."""
 
 
 @dataclass(frozen=True)
@@ -185,6 +191,8 @@ class ModelSpec:
 
 class Backend(ABC):
     name: ClassVar[str]
+    supports_streaming: ClassVar[bool] = False
+    """True where `stream` hands text out token by token; False: the whole completion at once, when done."""
     adapter_format: ClassVar[str] = "peft"
     """What save_adapter writes: "peft" (adapter_config.json + adapter_model.safetensors) or the engine's
     own format. A checkpoint resumes only on an engine with the same format."""
@@ -212,6 +220,14 @@ class Backend(ABC):
     def generate(self, prompts: list[Messages], n: int, sampling: Sampling,
                  progress: Progress | None = None) -> list[list[Completion]]:
         """`n` completions for each prompt, in prompt order."""
+
+    def stream(self, messages: Messages, sampling: Sampling, on_text: OnText) -> Completion:
+        """One completion of `messages`, its text handed to `on_text` piece by piece as it is decoded (chat).
+        This fallback, for engines without streaming, generates it whole and hands it out in one piece."""
+        completion = self.generate([messages], 1, sampling)[0][0]
+        if completion.text:
+            on_text(completion.text)
+        return completion
 
     @abstractmethod
     def train_step(self, batch: list[TrainSample], progress: Progress | None = None) -> TrainStats:

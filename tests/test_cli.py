@@ -131,7 +131,7 @@ def test_eval_json_with_the_fake_backend(stub_model, capsys):
                                                     "arc_1d", "bf", "binary_matrix", "propositional_logic")}
 
 
-@pytest.mark.parametrize("command", ["run", "demo", "watch", "identity", "export", "convert", "eval", "doctor"])
+@pytest.mark.parametrize("command", ["run", "demo", "watch", "chat", "identity", "export", "convert", "eval", "doctor"])
 def test_every_command_has_its_help(command, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main([command, "--help"])

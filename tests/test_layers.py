@@ -22,7 +22,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-FEATURES = ("experiment", "demo", "doctor", "evaluation", "export", "identity", "multi_gpu")
+FEATURES = ("experiment", "demo", "chat", "doctor", "evaluation", "export", "identity", "multi_gpu")
 """The commands' own work, each in its folder between the commands and the session: only the commands (and the
 experiment, which runs the demo's nodes) import a feature."""
 
@@ -35,6 +35,7 @@ ALLOWED = {
     # the features: each command's own work, one folder each
     "experiment": {"experiment", "demo", "session", "training", "peer/io", "peer/core", "kernel", "backends"},
     "demo": {"demo", "session", "peer/io", "kernel", "backends"},
+    "chat": {"chat", "session", "training", "kernel", "backends"},
     "doctor": {"doctor", "session", "resources", "training", "peer/io", "peer/core", "kernel", "backends"},
     "evaluation": {"evaluation", "session", "training", "kernel", "backends"},
     "export": {"export", "session", "training", "kernel", "backends"},

@@ -21,8 +21,20 @@ import os
 import tempfile
 from pathlib import Path
 
-from backends.base import Backend, BackendError, Completion, Hardware, Messages, ModelSpec, Sampling, TrainSample, TrainStats
+from backends.base import (
+    Backend,
+    BackendError,
+    Completion,
+    Hardware,
+    Messages,
+    ModelSpec,
+    OnText,
+    Sampling,
+    TrainSample,
+    TrainStats,
+)
 from backends.llama_cpp.batch import BatchedDecoder
+from backends.streaming import TextPieces
 from backends.torch.engine import TorchBackend
 
 log = logging.getLogger(__name__)
@@ -33,6 +45,7 @@ REQUIRED = ("llama_cpp", "gguf", "torch", "transformers", "peft")
 class LlamaCppBackend(Backend):
     name = "llama_cpp"
     adapter_format = "peft"  # the torch side writes and reads the adapter files
+    supports_streaming = True
 
     def __init__(self) -> None:
         self._trainer = TorchBackend()
@@ -92,7 +105,9 @@ class LlamaCppBackend(Backend):
     def model_id(self) -> str:
         return self._trainer.model_id
 
-    def generate(self, prompts: list[Messages], n: int, sampling: Sampling, progress=None) -> list[list[Completion]]:
+    def generate(self, prompts: list[Messages], n: int, sampling: Sampling, progress=None,
+                 on_token=None) -> list[list[Completion]]:
+        """`on_token(token)` hears each chosen token of a one-row call as it is chosen (stream)."""
         import torch
 
         from backends.torch.decode import token_chooser
@@ -102,13 +117,23 @@ class LlamaCppBackend(Backend):
         chooser = token_chooser(sampling)  # the torch engine's: both engines sample alike
 
         def choose(logits) -> list[int]:
-            return chooser(torch.from_numpy(logits)).tolist()
+            chosen = chooser(torch.from_numpy(logits)).tolist()
+            if on_token is not None:
+                on_token(chosen[0])
+            return chosen
 
         with self._trainer._seeded(sampling.seed), torch.inference_mode():
             done = decoder.generate(rows, choose, sampling.max_new_tokens, set(self._trainer.stop_ids), progress)
         tok = self._trainer.tokenizer
         completions = [Completion(tok.decode(new, skip_special_tokens=True), len(new) + stopped) for new, stopped in done]
         return [completions[i * n : (i + 1) * n] for i in range(len(prompts))]
+
+    def stream(self, messages: Messages, sampling: Sampling, on_text: OnText) -> Completion:
+        """One completion, its text handed on as llama.cpp decodes each token (see backends/streaming.py)."""
+        pieces = TextPieces(self._trainer.tokenizer, self._trainer.stop_ids, on_text)
+        completion = self.generate([messages], 1, sampling, on_token=pieces.add)[0][0]
+        pieces.finish(completion.text)
+        return completion
 
     def train_step(self, batch: list[TrainSample], progress=None) -> TrainStats:
         self._require_decoder()

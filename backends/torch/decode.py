@@ -137,10 +137,12 @@ def token_chooser(sampling: Sampling) -> Callable:
 
 
 def decode(model, kwarg: str, ids, mask, sampling: Sampling, stop_ids: list[int],
-           on_step: Callable[[int], None] | None = None) -> list[list[int]]:
+           on_step: Callable[[int], None] | None = None,
+           on_token: Callable[[int, int], None] | None = None) -> list[list[int]]:
     """New token ids per row of the left-padded prompts `ids` (`mask` marks real tokens), each up to and
-    including its first stop token, at most `sampling.max_new_tokens`. `on_step(k)` runs after step k; an
-    exception it raises ends the loop. `kwarg` is the forward() argument that takes the cache."""
+    including its first stop token, at most `sampling.max_new_tokens`. `on_token(row, token)` hears each
+    token as it is chosen (streaming), `on_step(k)` runs after step k; an exception either raises ends the
+    loop. `kwarg` is the forward() argument that takes the cache."""
     rows, width = ids.shape
     new_tokens = sampling.max_new_tokens
     if new_tokens < 1:
@@ -160,6 +162,8 @@ def decode(model, kwarg: str, ids, mask, sampling: Sampling, stop_ids: list[int]
         chosen = choose(logits[:, -1].float())
         for row, token in zip(live.tolist(), chosen.tolist()):
             out[row].append(token)
+            if on_token is not None:
+                on_token(row, token)
         if on_step is not None:
             on_step(step)
         going = ~torch.isin(chosen, stops)

@@ -21,10 +21,11 @@ import pickle
 import warnings
 from pathlib import Path
 
-from backends.base import BackendError, Completion, Hardware, Messages, ModelSpec, Progress, Sampling
+from backends.base import BackendError, Completion, Hardware, Messages, ModelSpec, OnText, Progress, Sampling
 from backends.chat import IM_END, check_model_folder, load_tokenizer, model_folder, stop_ids
 from backends.grpo_batch import Sequence
 from backends.memory_fit import check_fits, parameter_estimate
+from backends.streaming import TextPieces
 from backends.torch.batching import cache_kwarg, pad, prompt_cache, training_attention
 from backends.torch.device import free_memory, pick_device, torch_cuda_build, torch_float32, where_of
 from backends.update import GrpoEngine
@@ -70,6 +71,7 @@ class TorchBackend(GrpoEngine):
     """
 
     name = "torch"
+    supports_streaming = True
 
     def __init__(self) -> None:
         super().__init__()
@@ -144,6 +146,24 @@ class TorchBackend(GrpoEngine):
                 chunk = rows[start : start + GENERATE_CHUNK]
                 done.extend(map(self._completion, self._generate_ids(chunk, sampling, steps)))
         return [done[i * n : (i + 1) * n] for i in range(len(prompts))]
+
+    def stream(self, messages: Messages, sampling: Sampling, on_text: OnText) -> Completion:
+        """One completion, its text handed to `on_text` as the decode loop chooses each token (same tokens as
+        generate with the same sampling and seed)."""
+        import torch
+
+        from backends.torch.decode import decode
+
+        model = self._require_model()
+        pieces = TextPieces(self._tok, self._stop_ids, on_text)
+        ids, mask = pad([self.encode_prompt(messages)], self._tok.pad_token_id, left=True, device=self._device)
+        model.eval()
+        with self._seeded(sampling.seed), torch.inference_mode():
+            new = decode(model, self._cache_kwarg, ids, mask, sampling, self._stop_ids,
+                         on_token=lambda row, token: pieces.add(token))[0]
+        completion = self._completion(new)
+        pieces.finish(completion.text)
+        return completion
 
     @contextlib.contextmanager
     def _seeded(self, seed: int | None):

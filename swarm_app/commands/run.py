@@ -93,18 +93,23 @@ def _run_per_gpu(args: argparse.Namespace, settings) -> int:
 
 
 def _run_in_tui(session) -> int:
+    from swarm_app.chat.child import ChildChat
     from swarm_app.headless import format_stop
     from swarm_app.kernel.events import RunStopped
     from swarm_app.tui.app import SwarmApp
 
     stops: list[RunStopped] = []
+    chat = ChildChat(session.run_dir, lambda: session.backend_name)  # its own process, started on the first `c` prompt
 
     async def source(deliver) -> None:
         session.subscribe(deliver)
         session.subscribe(lambda e: stops.append(e) if isinstance(e, RunStopped) else None)
-        await _run_until_stopped(session)
+        try:
+            await _run_until_stopped(session)
+        finally:
+            await chat.close()
 
-    app = SwarmApp(source, session, subtitle=str(session.run_dir))
+    app = SwarmApp(source, session, subtitle=str(session.run_dir), chat=chat)
     with logs.terminal_owned_by_tui():
         code = app.run()
     if app.error is not None:

@@ -10,12 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from backends.adapter_convert import adapter_shape
 from backends.base import BackendError, Hardware, Sampling
 from swarm_app.kernel import tasks
 from swarm_app.kernel.errors import ModelError
 from swarm_app.kernel.settings import Settings
-from swarm_app.session.engine import open_engine, prepare_model
+from swarm_app.session.engine import open_with_adapter, prepare_model
 from swarm_app.training.checkpoint import Checkpoints
 from swarm_app.training.evaluation import EvalResult, SampledResult, evaluate, sampled_reward
 
@@ -46,14 +45,7 @@ def run_eval(settings: Settings, adapter: Path | None, n: int, hardware: Hardwar
     specs = tasks.preset(settings.tasks.preset)
     model = prepare_model(settings)  # the run's values, so its held-out scores compare with these
     adapter_dir = adapter_folder(adapter) if adapter else None
-    try:
-        shape = adapter_shape(adapter_dir) if adapter_dir is not None else None
-    except BackendError as exc:
-        raise ModelError(str(exc)) from None
-    if shape is not None:  # eval never trains: the adapter's own shape, whatever the LoRA settings say
-        settings.lora.rank, settings.lora.alpha = shape
-    backend = open_engine(settings, hardware, trainable=False, model=model,
-                          on_attempt=lambda name: say(f"loading {model.model_id} on the {name} engine")).backend
+    backend = open_with_adapter(settings, model, adapter_dir, hardware, say).backend
     refs = tasks.heldout(specs, n)
     m = settings.model
 
@@ -61,8 +53,6 @@ def run_eval(settings: Settings, adapter: Path | None, n: int, hardware: Hardwar
         return lambda done, total: say(f"{what}: {done}/{total} questions")
 
     try:
-        if adapter_dir is not None:
-            backend.load_adapter(adapter_dir)
         sampled = None
         if samples > 0:
             rollout = Sampling(max_new_tokens=m.max_new_tokens, temperature=m.temperature, top_p=m.top_p, seed=0)

@@ -357,6 +357,21 @@ class RunStopped(Event):
     """The newest checkpoint folder ("" when none was written)."""
 
 
+@dataclass(frozen=True)
+class ChatReplied(Event):
+    """The answer so far to the chat view's prompt number `asked` (whole text, so a newer one replaces an
+    older one); `done` once complete, `error` when it failed. From the chat process (swarm_app/chat/child.py),
+    never on a session's bus: chatting leaves the run and its events alone."""
+
+    replaceable: ClassVar[bool] = True
+    asked: int
+    text: str
+    done: bool = False
+    source: str = ""
+    """What answers, in words (a checkpoint's round, or the base model)."""
+    error: str = ""
+
+
 def event_from_dict(data: dict[str, Any]) -> Event:
     """Rebuild an event of this module from its `to_dict()` (the JSON that `swarm watch` receives).
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 from backends import registry
+from backends.adapter_convert import adapter_shape
 from backends.base import Backend, BackendError, EngineBroken, Hardware, LoraConfig, ModelSpec, OptimConfig
 from swarm_app.kernel.errors import CheckpointError, ModelError, UsageError
 from swarm_app.kernel.paths import user_dirs
@@ -152,3 +153,25 @@ def detect_hardware(backend: str) -> Hardware:
     from swarm_app.kernel.hardware import detect
 
     return detect()
+
+
+def open_with_adapter(settings: Settings, model: ResolvedModel, adapter_dir: Path | None, hardware: Hardware | None,
+                      say: Callable[[str], None] = lambda line: None) -> OpenedEngine:
+    """An engine that only generates (eval, chat), with `adapter_dir`'s adapter loaded (None: the base model).
+    The LoRA shape is the adapter's own, whatever the LoRA settings say; a bad adapter is a ModelError and
+    the engine is closed again."""
+    try:
+        shape = adapter_shape(adapter_dir) if adapter_dir is not None else None
+    except BackendError as exc:
+        raise ModelError(str(exc)) from None
+    if shape is not None:
+        settings.lora.rank, settings.lora.alpha = shape
+    opened = open_engine(settings, hardware, trainable=False, model=model,
+                         on_attempt=lambda name: say(f"loading {model.model_id} on the {name} engine"))
+    if adapter_dir is not None:
+        try:
+            opened.backend.load_adapter(adapter_dir)
+        except BackendError as exc:
+            opened.backend.close()
+            raise ModelError(str(exc)) from None
+    return opened

@@ -14,10 +14,11 @@ from typing import Awaitable, Callable, Protocol
 from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.widgets import Footer, Header, TabbedContent, TabPane
+from textual.widgets import Footer, Header, Input, TabbedContent, TabPane
 
 from swarm_app.kernel.errors import SwarmError
 from swarm_app.kernel.events import (
+    ChatReplied,
     EvaluationFinished,
     LogRecorded,
     PeersUpdated,
@@ -26,9 +27,10 @@ from swarm_app.kernel.events import (
     RunStopped,
     SoloCurveFound,
 )
+from swarm_app.tui.chat import ChatView
 from swarm_app.tui.dashboard import Dashboard, RewardChart
 from swarm_app.tui.log_view import LogsView
-from swarm_app.tui.messages import SessionEvent
+from swarm_app.tui.messages import ChatAnswer, SessionEvent
 from swarm_app.tui.peers import PeersView
 from swarm_app.tui.state import ViewState
 
@@ -40,6 +42,7 @@ HELP = ("p  pause / resume training (the node keeps sharing)\n"
         "s  sharing on / off\n"
         "e  held-out evaluation now\n"
         "t  chart: rewards / held-out accuracy per task\n"
+        "c  chat with the newest checkpoint (Esc: back to the keys)\n"
         "l  logs: lowest level shown\n"
         "1 2 3  dashboard, peers, logs\n"
         "n  next node (swarm demo)\n"
@@ -57,6 +60,12 @@ class Controls(Protocol):
     def stop(self) -> None: ...
 
 
+class Chat(Protocol):
+    """Talks to the node's newest checkpoint (swarm_app/chat/child.py): `reply` hears ChatReplied events."""
+
+    def ask(self, prompt: str, reply: Callable[[ChatReplied], None]) -> int: ...
+
+
 class SwarmApp(App[int]):
     CSS_PATH = "swarm.tcss"
     TITLE = "swarm-app"
@@ -65,6 +74,7 @@ class SwarmApp(App[int]):
         Binding("s", "toggle_sharing", "Sharing"),
         Binding("e", "evaluate", "Evaluate"),
         Binding("t", "toggle_chart", "Per task"),
+        Binding("c", "chat", "Chat"),
         Binding("l", "cycle_logs", "Log level", show=False),
         Binding("1", "show_tab('dashboard')", "Dashboard", show=False),
         Binding("2", "show_tab('peers')", "Peers", show=False),
@@ -79,7 +89,7 @@ class SwarmApp(App[int]):
 
     def __init__(self, source: Source, controls: Controls | None = None, *, subtitle: str = "",
                  clock: Callable[[], float] = time.time, nodes: int = 1,
-                 node_controls: dict[int, Controls] | None = None) -> None:
+                 node_controls: dict[int, Controls] | None = None, chat: Chat | None = None) -> None:
         """`controls` steer the one node (None: read-only); with `nodes` > 1, `node_controls` maps each
         node to its controls as they appear, and `n` switches between the nodes."""
         super().__init__()
@@ -88,6 +98,7 @@ class SwarmApp(App[int]):
         self.states = [ViewState() for _ in range(nodes)]
         self.selected = 0
         self.subtitle = subtitle
+        self.chat = chat
         self.error: BaseException | None = None
         """What ended the app when it was not the user: the node's error (one the user can fix, or not) or
         the app's own. The command raises it once the terminal is back, as one line."""
@@ -101,6 +112,8 @@ class SwarmApp(App[int]):
                 yield PeersView()
             with TabPane("Logs", id="logs"):
                 yield LogsView()
+            with TabPane("Chat", id="chat"):
+                yield ChatView()
         yield Footer()
 
     REDRAW_S = 0.2
@@ -208,6 +221,29 @@ class SwarmApp(App[int]):
 
     def action_cycle_logs(self) -> None:
         self.query_one(LogsView).cycle_level(self.state)
+
+    def action_chat(self) -> None:
+        if self.chat is None:
+            self.notify("chat: only where the node runs (swarm run, or swarm chat --run-dir RUN)", severity="warning")
+            return
+        self.query_one(TabbedContent).active = "chat"
+        self.query_one("#chat-input", Input).focus()
+
+    @on(Input.Submitted, "#chat-input")
+    def on_chat_submitted(self, message: Input.Submitted) -> None:
+        prompt = message.value.strip()
+        if not prompt or self.chat is None:
+            return
+        message.input.clear()
+        self.query_one(ChatView).asked(prompt)
+        self.chat.ask(prompt, lambda event: self.post_message(ChatAnswer(event)))
+
+    @on(ChatAnswer)
+    def on_chat_answer(self, message: ChatAnswer) -> None:
+        self.query_one(ChatView).replied(message.event)
+
+    def key_escape(self) -> None:
+        self.set_focus(None)  # out of the chat line: the keys steer the node again
 
     def action_show_tab(self, tab: str) -> None:
         self.query_one(TabbedContent).active = tab

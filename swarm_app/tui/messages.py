@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from textual.message import Message
 
-from swarm_app.kernel.events import Event
+from swarm_app.kernel.events import ChatReplied, Event
 
 
 class SessionEvent(Message):
@@ -20,3 +20,14 @@ class SessionEvent(Message):
     def can_replace(self, message: Message) -> bool:
         return (isinstance(message, SessionEvent) and self.event.replaceable and message.node == self.node
                 and type(message.event) is type(self.event))
+
+
+class ChatAnswer(Message):
+    """A chat answer so far (kernel's ChatReplied); a newer one of the same prompt replaces a queued one."""
+
+    def __init__(self, event: ChatReplied) -> None:
+        super().__init__()
+        self.event = event
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, ChatAnswer) and message.event.asked == self.event.asked and not message.event.done

@@ -95,3 +95,15 @@ def test_adapter_save_and_load_keeps_generations_identical(engine, tmp_path):
     fresh = load_engine(engine, optim=FAST)
     fresh.load_adapter(tmp_path / "adapter")
     assert fresh.generate([QUESTION], 1, GREEDY) == expected
+
+
+def test_stream_hands_out_pieces_that_join_into_generate_s_text(engine):
+    """Chat's streaming: the same tokens as generate (greedy), their text handed out as it grows."""
+    backend = load_engine(engine)
+    sampling = Sampling(max_new_tokens=24, temperature=0.0)
+    pieces: list[str] = []
+    streamed = backend.stream(QUESTION, sampling, pieces.append)
+    assert streamed == backend.generate([QUESTION], 1, sampling)[0][0]
+    assert "".join(pieces) == streamed.text
+    if backend.supports_streaming:
+        assert len(pieces) > 1, pieces
