@@ -11,6 +11,7 @@ trusted, and nothing it sends can raise.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import threading
@@ -84,6 +85,27 @@ class ScoredGroup:
         return group_advantages(self.rewards)
 
 
+@dataclass
+class CpuLedger:
+    """CPU seconds the trainer spent on the thread that ran it (time.thread_time, read on that thread): per round
+    (its evaluation included) and per evaluation, by round; `thread_total` is the thread's whole CPU time at
+    the end of the last timed call. Exact at one engine thread, where the engine computes on that thread; with
+    more, their helpers are not counted. A reader on another thread should copy the dicts first."""
+
+    rounds: dict[int, float] = field(default_factory=dict)
+    evals: dict[int, float] = field(default_factory=dict)
+    thread_total: float = 0.0
+
+    @contextlib.contextmanager
+    def timing(self, into: dict[int, float], key: int):
+        started = time.thread_time()
+        try:
+            yield
+        finally:
+            self.thread_total = time.thread_time()
+            into[key] = into.get(key, 0.0) + self.thread_total - started
+
+
 class Trainer:
     def __init__(self, backend: Backend, plan: RoundPlan, exchange: RolloutExchange | None = None,
                  report: Callable[[Event], None] | None = None) -> None:
@@ -93,13 +115,20 @@ class Trainer:
         self.report = report or (lambda event: None)
         """Receives progress and evaluation events, on the training thread."""
         self.stop_requested = threading.Event()
+        self.cpu = CpuLedger()
+        """The CPU seconds of each round and evaluation, for whoever measures compute (swarm experiment)."""
         self.supply = AdaptiveUpdate(plan.signal_target, plan.adaptive_floor or plan.local,
                                      plan.local + plan.external, plan.external)
         """The adaptive update's state; observed every round (whatever the policy), used under "adaptive"."""
 
     def run_round(self, t: int) -> RoundMetrics:
         """One round. Raises RoundAbandoned when a stop comes before the update (the round leaves no
-        trace); once the update has begun the round completes (only its evaluation is skipped)."""
+        trace); once the update has begun the round completes (only its evaluation is skipped). Its CPU time
+        on this thread goes to `cpu`."""
+        with self.cpu.timing(self.cpu.rounds, t):
+            return self._round(t)
+
+    def _round(self, t: int) -> RoundMetrics:
         started = time.perf_counter()
         own, external, checked, gen_s = (self._gather_adaptive(t) if self.plan.external_policy == "adaptive"
                                          else self._gather(t))
@@ -151,7 +180,11 @@ class Trainer:
 
     def evaluate(self, round_index: int = 0, kind: str = "scheduled") -> EvalResult:
         """Held-out accuracy now, reported as EvaluationStarted/Progress/Finished (`kind`: why it runs,
-        events.EVALUATION_KINDS). Raises Cancelled on stop."""
+        events.EVALUATION_KINDS). Raises Cancelled on stop. Its CPU time on this thread goes to `cpu`."""
+        with self.cpu.timing(self.cpu.evals, round_index):
+            return self._evaluate(round_index, kind)
+
+    def _evaluate(self, round_index: int, kind: str) -> EvalResult:
         refs = self.plan.eval_refs
         self.report(EvaluationStarted(round_index, len(refs), kind))
 
