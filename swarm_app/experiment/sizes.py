@@ -5,7 +5,8 @@ The rule, fixed here before any data: the headline policy is the adaptive config
 experiment has one, else the sharing config with the most peers' groups (largest J); it is never picked from
 the results. Every other sharing config is reported beside it in the same form. Per size and config:
 - equal CPU: per seed, the config's held-out gain minus solo's where both nodes had spent the same engine CPU
-  (summary.equal_compute); `ratio` is the config's mean gain over solo's mean gain at that budget;
+  (summary.equal_compute); `ratio` is the config's mean gain over solo's mean gain at that budget (None where
+  solo's is not above 0);
 - equal rounds: per seed, the held-out gain at the last round minus solo's.
 `diff_mean` is the mean over seeds and `diff_ci95` its 95% interval from Student's t with n - 1 degrees of
 freedom (scipy's quantile where scipy is installed, else the table below); None with fewer than 2 seeds.
@@ -61,9 +62,15 @@ def size_entry(nodes: int, rounds: int, config: dict[str, Any]) -> dict[str, Any
     cpu = paired(equal["gain_minus_solo"]["values"])
     at_rounds = paired(vs["gain_points"]["values"])
     return {"nodes": nodes, "seeds": len(vs["seeds"]), "rounds": rounds, "seed_ids": vs["seeds"],
-            "equal_cpu": {**cpu, "ratio": equal["gain_ratio"], "gain": equal["gain_points"]["mean"],
+            "equal_cpu": {**cpu, "ratio": _ratio(equal["gain_points"]["mean"], equal["solo_gain_points"]["mean"]),
+                          "gain": equal["gain_points"]["mean"],
                           "solo_gain": equal["solo_gain_points"]["mean"]},
             "equal_rounds": at_rounds}
+
+
+def _ratio(gain: float | None, solo_gain: float | None) -> float | None:
+    """The config's mean gain over solo's; None where solo gained nothing (a ratio of it says nothing)."""
+    return gain / solo_gain if gain is not None and solo_gain is not None and solo_gain > 0 else None
 
 
 def sizes_file(by_size: dict[int, tuple[int, list[dict[str, Any]]]]) -> dict[str, Any] | None:
