@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+import random
 import tempfile
 from pathlib import Path
 
@@ -50,6 +51,7 @@ class LlamaCppBackend(Backend):
     def __init__(self) -> None:
         self._trainer = TorchBackend()
         self._decoder: BatchedDecoder | None = None
+        self._own_generator = None
         self.base_gguf: Path | None = None
         """The base model's GGUF that generation runs on (set by load)."""
         self._adapter = None
@@ -114,7 +116,8 @@ class LlamaCppBackend(Backend):
 
         decoder = self._require_decoder()
         rows = [ids for ids in map(self._trainer.encode_prompt, prompts) for _ in range(n)]
-        chooser = token_chooser(sampling)  # the torch engine's: both engines sample alike
+        # the torch engine's chooser and generator (its own, seeded per call): both engines sample alike
+        chooser = token_chooser(sampling, self._sampling_generator(sampling.seed))
 
         def choose(logits) -> list[int]:
             chosen = chooser(torch.from_numpy(logits)).tolist()
@@ -122,7 +125,7 @@ class LlamaCppBackend(Backend):
                 on_token(chosen[0])
             return chosen
 
-        with self._trainer._seeded(sampling.seed), torch.inference_mode():
+        with torch.inference_mode():
             done = decoder.generate(rows, choose, sampling.max_new_tokens, set(self._trainer.stop_ids), progress)
         tok = self._trainer.tokenizer
         completions = [Completion(tok.decode(new, skip_special_tokens=True), len(new) + stopped) for new, stopped in done]
@@ -134,6 +137,18 @@ class LlamaCppBackend(Backend):
         completion = self.generate([messages], 1, sampling, on_token=pieces.add)[0][0]
         pieces.finish(completion.text)
         return completion
+
+    def _sampling_generator(self, seed: int | None):
+        """The engine's own torch generator on the CPU (llama.cpp's logits come back as CPU arrays): seeded per
+        call when `seed` is given, else one stream seeded at random; never torch's global one."""
+        import torch
+
+        from backends.torch.decode import sampling_generator
+
+        if self._own_generator is None:
+            self._own_generator = torch.Generator(device="cpu")
+            self._own_generator.manual_seed(random.SystemRandom().randrange(2**63))
+        return sampling_generator(seed, "cpu", self._own_generator)
 
     def train_step(self, batch: list[TrainSample], progress=None) -> TrainStats:
         self._require_decoder()

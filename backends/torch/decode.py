@@ -84,6 +84,17 @@ class PreallocatedLayer(CacheLayerMixin):
         return buffer[: len(indices)]
 
 
+def sampling_generator(seed: int | None, device, own):
+    """The generator a generate() call draws from: a fresh one seeded with `seed` (the call's own stream: the
+    same seed gives the same tokens whatever else the process samples meanwhile), else the engine's `own`.
+    A seeded torch.Generator gives the same stream as torch.manual_seed with that seed did."""
+    if seed is None:
+        return own
+    generator = torch.Generator(device=device)
+    generator.manual_seed(seed)
+    return generator
+
+
 def new_cache(model, capacity: int) -> Cache:
     """A preallocated cache of `capacity` tokens where every layer is plain full attention; otherwise (sliding
     windows, linear attention: layers that keep less than every token) transformers' own DynamicCache."""
@@ -115,17 +126,19 @@ def prefill(model, kwarg: str, ids, mask, cache: Cache) -> int:
     return ids.shape[1] - 1
 
 
-def draw(probs):
+def draw(probs, generator=None):
     """One token per row of `probs` (rows x vocab, each row summing to ~1), by inverse CDF with one uniform per
-    row. A token of probability 0 is never drawn (searching right of u skips flat stretches of the CDF)."""
+    row from `generator` (None: torch's global one). A token of probability 0 is never drawn (searching right
+    of u skips flat stretches of the CDF)."""
     cdf = probs.cumsum(-1)
-    u = torch.rand((probs.shape[0], 1), device=probs.device, dtype=cdf.dtype) * cdf[:, -1:]
+    u = torch.rand((probs.shape[0], 1), device=probs.device, dtype=cdf.dtype, generator=generator) * cdf[:, -1:]
     return torch.searchsorted(cdf, u, right=True).squeeze(1).clamp_(max=probs.shape[-1] - 1)
 
 
-def token_chooser(sampling: Sampling) -> Callable:
+def token_chooser(sampling: Sampling, generator=None) -> Callable:
     """fp32 last-position logits -> one token per row: argmax at temperature <= 0; else generate()'s
-    temperature then top-p warpers (top_k off, so the whole distribution counts) and one draw per row."""
+    temperature then top-p warpers (top_k off, so the whole distribution counts) and one draw per row from
+    `generator` (an engine's own: nodes in one process never share torch's global generator)."""
     if sampling.temperature <= 0:
         return lambda logits: torch.argmax(logits, dim=-1)
     warpers = LogitsProcessorList()
@@ -133,21 +146,22 @@ def token_chooser(sampling: Sampling) -> Callable:
         warpers.append(TemperatureLogitsWarper(sampling.temperature))
     if sampling.top_p < 1.0:
         warpers.append(TopPLogitsWarper(top_p=sampling.top_p, min_tokens_to_keep=1))
-    return lambda logits: draw(torch.softmax(warpers(None, logits), dim=-1))
+    return lambda logits: draw(torch.softmax(warpers(None, logits), dim=-1), generator)
 
 
 def decode(model, kwarg: str, ids, mask, sampling: Sampling, stop_ids: list[int],
            on_step: Callable[[int], None] | None = None,
-           on_token: Callable[[int, int], None] | None = None) -> list[list[int]]:
+           on_token: Callable[[int, int], None] | None = None, generator=None) -> list[list[int]]:
     """New token ids per row of the left-padded prompts `ids` (`mask` marks real tokens), each up to and
     including its first stop token, at most `sampling.max_new_tokens`. `on_token(row, token)` hears each
     token as it is chosen (streaming), `on_step(k)` runs after step k; an exception either raises ends the
-    loop. `kwarg` is the forward() argument that takes the cache."""
+    loop. `kwarg` is the forward() argument that takes the cache; tokens are drawn from `generator` (see
+    token_chooser)."""
     rows, width = ids.shape
     new_tokens = sampling.max_new_tokens
     if new_tokens < 1:
         return [[] for _ in range(rows)]
-    choose = token_chooser(sampling)
+    choose = token_chooser(sampling, generator)
     stops = torch.tensor(stop_ids, device=ids.device)
     cache = new_cache(model, width + new_tokens - 1)  # the last token chosen is never fed back
     cached = prefill(model, kwarg, ids, mask, cache)

@@ -12,12 +12,12 @@ Must not import swarm_app, and must not import torch, transformers or peft at mo
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import importlib.util
 import json
 import logging
 import pickle
+import random
 import warnings
 from pathlib import Path
 
@@ -76,6 +76,7 @@ class TorchBackend(GrpoEngine):
     def __init__(self) -> None:
         super().__init__()
         self._device = None
+        self._own_generator = None
         self._cache_kwarg = "cache"
 
     @classmethod
@@ -118,6 +119,7 @@ class TorchBackend(GrpoEngine):
         self._model = attach_lora(base, spec).to(device).eval()
         self.reuses_first_pass = not has_dropout(self._model)
         self._tok, self._spec, self._device = tok, spec, device
+        self._own_generator = None  # made on the model's device at the first unseeded call
         self._end_id = tok.get_vocab().get(IM_END, tok.eos_token_id)
         self._stop_ids = stop_ids(tok, self._end_id, checkpoint_eos)
         self._model_id = spec.reported_id()
@@ -140,11 +142,12 @@ class TorchBackend(GrpoEngine):
         done: list[Completion] = []
         model.eval()
         chunks = range(0, len(rows), GENERATE_CHUNK)
-        with self._seeded(sampling.seed), torch.inference_mode():
+        generator = self.sampling_generator(sampling.seed)
+        with torch.inference_mode():
             for k, start in enumerate(chunks):
                 steps = _StepReporter(progress, k * sampling.max_new_tokens, len(chunks) * sampling.max_new_tokens)
                 chunk = rows[start : start + GENERATE_CHUNK]
-                done.extend(map(self._completion, self._generate_ids(chunk, sampling, steps)))
+                done.extend(map(self._completion, self._generate_ids(chunk, sampling, steps, generator)))
         return [done[i * n : (i + 1) * n] for i in range(len(prompts))]
 
     def stream(self, messages: Messages, sampling: Sampling, on_text: OnText) -> Completion:
@@ -158,32 +161,34 @@ class TorchBackend(GrpoEngine):
         pieces = TextPieces(self._tok, self._stop_ids, on_text)
         ids, mask = pad([self.encode_prompt(messages)], self._tok.pad_token_id, left=True, device=self._device)
         model.eval()
-        with self._seeded(sampling.seed), torch.inference_mode():
+        with torch.inference_mode():
             new = decode(model, self._cache_kwarg, ids, mask, sampling, self._stop_ids,
-                         on_token=lambda row, token: pieces.add(token))[0]
+                         on_token=lambda row, token: pieces.add(token),
+                         generator=self.sampling_generator(sampling.seed))[0]
         completion = self._completion(new)
         pieces.finish(completion.text)
         return completion
 
-    @contextlib.contextmanager
-    def _seeded(self, seed: int | None):
-        """Sampling from torch's global generator, seeded for this call only when `seed` is given."""
+    def sampling_generator(self, seed: int | None):
+        """This engine's generator for one generate() call: seeded with `seed` when given, else the engine's own
+        stream (seeded at random on load). Never torch's global generator, which every engine of the process
+        would share: two nodes in one process drew from each other's stream and no run could be repeated."""
         import torch
 
-        if seed is None:
-            yield
-            return
-        devices = [self._device.index or 0] if self._device.type == "cuda" else []
-        with torch.random.fork_rng(devices=devices):
-            torch.manual_seed(seed)
-            yield
+        from backends.torch.decode import sampling_generator
 
-    def _generate_ids(self, rows: list[list[int]], sampling: Sampling, steps: "_StepReporter") -> list[list[int]]:
+        if self._own_generator is None:
+            self._own_generator = torch.Generator(device=self._device)
+            self._own_generator.manual_seed(random.SystemRandom().randrange(2**63))
+        return sampling_generator(seed, self._device, self._own_generator)
+
+    def _generate_ids(self, rows: list[list[int]], sampling: Sampling, steps: "_StepReporter",
+                      generator=None) -> list[list[int]]:
         """New token ids per row, each up to and including its first stop token (see backends/torch/decode.py)."""
         from backends.torch.decode import decode
 
         ids, mask = pad(rows, self._tok.pad_token_id, left=True, device=self._device)
-        return decode(self._model, self._cache_kwarg, ids, mask, sampling, self._stop_ids, steps.step)
+        return decode(self._model, self._cache_kwarg, ids, mask, sampling, self._stop_ids, steps.step, generator)
 
     def _token_logps(self, seqs: list[Sequence]):
         """Log-probs of every completion token of `seqs` (which share one prompt), flat, sample after sample.

@@ -31,10 +31,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "again to continue a stopped experiment (a cell cut short goes on from its nodes' checkpoints, every 5 "
         "rounds). All nodes run in this process, each on its own engine thread with "
         "--threads threads (default: the physical cores shared out among the nodes, at least 1).")
-    parser.add_argument("--nodes", default="4", metavar="N", help="nodes per config (default 4)")
+    parser.add_argument("--nodes", default="4", metavar="N[,N...]", help="nodes per config (default 4); several sizes "
+                        "(2,4,8,16) run one experiment each in DIR/nodes-N, by default comparing solo (I+J)/0, fixed "
+                        "I/J and adaptive I/J (the model's I and J), and write DIR/sizes.json")
     parser.add_argument("--configs", metavar="I/J,...", help="own questions I / peers' groups J per round, I + J the "
-                        "same in all (default: the model's I split as the paper splits 8; for the bundled model "
-                        "32/0,24/8,16/16,8/24)")
+                        "same in all; I/J:adaptive for the adaptive update (default: the model's I split as the paper "
+                        "splits 8; for the bundled model 32/0,24/8,16/16,8/24)")
     parser.add_argument("--seeds", default="3", metavar="K", help="seeds per config (default 3)")
     parser.add_argument("--rounds", default="100", metavar="R", help="rounds per node (default 100)")
     parser.add_argument("--eval-every", metavar="E", help="held-out evaluation every E rounds and at the end "
@@ -51,18 +53,36 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 def main(args: argparse.Namespace) -> int:
     from swarm_app.experiment.runner import Inputs
 
-    inputs = Inputs(nodes=_int(args.nodes, "--nodes"), configs=args.configs, seeds=_int(args.seeds, "--seeds"),
-                    rounds=_int(args.rounds, "--rounds"),
-                    eval_every=_int(args.eval_every, "--eval-every") if args.eval_every is not None else None,
-                    eval_n=_int(args.eval_n, "--eval-n"), eval_samples=_int(args.eval_samples, "--eval-samples"))
+    sizes = _sizes(args.nodes)
+    inputs = [Inputs(nodes=n, configs=args.configs, seeds=_int(args.seeds, "--seeds"), rounds=_int(args.rounds, "--rounds"),
+                     eval_every=_int(args.eval_every, "--eval-every") if args.eval_every is not None else None,
+                     eval_n=_int(args.eval_n, "--eval-n"), eval_samples=_int(args.eval_samples, "--eval-samples"),
+                     policies=len(sizes) > 1) for n in sizes]
     settings = flags.load_settings_for(args)
-    from swarm_app.experiment.plots import available as plots_available
-    from swarm_app.experiment.runner import make_plan, run_experiment
+    from swarm_app.experiment.runner import make_plan
     from swarm_app.kernel.paths import user_dirs
 
-    plan = make_plan(settings, inputs)
+    plans = [make_plan(settings, one) for one in inputs]  # every size checked before anything runs
     out = Path(args.out).expanduser() if args.out else user_dirs().data / "experiments" / "default"
+    folders = {plan.nodes: out / f"nodes-{plan.nodes}" if len(plans) > 1 else out for plan in plans}
     logs.to_file()
+    for plan in plans:
+        code = _run_size(settings, plan, folders[plan.nodes], args)
+        if code:
+            return code
+    from swarm_app.experiment.runner import write_sizes
+
+    written = write_sizes(out, folders)
+    if written is not None:
+        print(f"wrote {written}")
+    return 0
+
+
+def _run_size(settings, plan, out: Path, args: argparse.Namespace) -> int:
+    """One swarm size's experiment in `out`; 0, or the exit code that ends the command."""
+    from swarm_app.experiment.plots import available as plots_available
+    from swarm_app.experiment.runner import run_experiment
+
     view = ProgressView(live=not args.no_ui and sys.stdout.isatty())
     outcome = run_experiment(settings, plan, out, view)
     view.end()
@@ -75,6 +95,14 @@ def main(args: argparse.Namespace) -> int:
     if outcome.files:
         print(main_table(outcome.out / "table.md"))
     return 0
+
+
+def _sizes(text: str) -> list[int]:
+    """`--nodes 4` or `--nodes 2,4,8,16`: whole numbers, no repeats."""
+    sizes = [_int(part.strip(), "--nodes") for part in text.split(",")]
+    if len(set(sizes)) < len(sizes):
+        raise UsageError(f"--nodes {text!r} names a size twice")
+    return sizes
 
 
 def _int(text: str, flag: str) -> int:

@@ -44,6 +44,7 @@ from swarm_app.kernel.settings import Settings
 from swarm_app.session.session import Session, SessionOptions
 from swarm_app.training.checkpoint import Checkpoints
 from swarm_app.training.evaluation import sampled_reward
+from swarm_app.training.loop import CpuLedger
 from swarm_app.training.metrics_log import MetricsLog
 
 log = logging.getLogger(__name__)
@@ -66,40 +67,41 @@ class CellFailed(SwarmError):
 
 
 class EngineClock:
-    """CPU seconds of one node's engine thread, read inside that thread with time.thread_time.
-
-    It wraps the trainer's run_round and evaluate (the session calls them on the engine thread), so
-    `rounds[t]` is round t's CPU time (with its evaluation, if it had one) and `evals[t]` the evaluation's
-    part. Exact at model.threads 1, where the engine computes on that thread; with more threads their
-    helpers are not counted (the cell's process CPU time is kept beside it)."""
+    """CPU seconds of one node's engine thread, from the trainer's own ledger (Trainer.cpu, training/loop.py):
+    `rounds[t]` is round t's CPU time (with its evaluation, if it had one) and `evals[t]` the evaluation's part.
+    Exact at model.threads 1, where the engine computes on that thread; with more threads their helpers are
+    not counted (the cell's process CPU time is kept beside it). The experiment only reads the ledger: it
+    drives the node through the session like any caller and replaces nothing on it."""
 
     def __init__(self) -> None:
-        self.rounds: dict[int, float] = {}
-        self.evals: dict[int, float] = {}
+        self.ledger = CpuLedger()
         self.before = 0.0
         """The engine CPU seconds of earlier runs of a resumed cell."""
-        self.spent = 0.0
-        """All engine CPU seconds so far (`before` and this thread's), as of the last timed call's end."""
 
     def attach(self, trainer) -> None:
-        run_round, evaluate = trainer.run_round, trainer.evaluate
+        """Read `trainer.cpu` from now on (what an earlier run of the cell kept is carried into it)."""
+        trainer.cpu.rounds.update(self.ledger.rounds)
+        trainer.cpu.evals.update(self.ledger.evals)
+        self.ledger = trainer.cpu
 
-        def timed_round(t: int):
-            return self._timed(self.rounds, t, run_round, t)
+    @property
+    def rounds(self) -> dict[int, float]:
+        return self.ledger.rounds
 
-        def timed_evaluate(round_index: int = 0, *args):
-            return self._timed(self.evals, round_index, evaluate, round_index, *args)
+    @property
+    def evals(self) -> dict[int, float]:
+        return self.ledger.evals
 
-        trainer.run_round, trainer.evaluate = timed_round, timed_evaluate
+    def keep_only(self, rounds: dict[int, float], evals: dict[int, float]) -> None:
+        self.ledger.rounds.clear()
+        self.ledger.rounds.update(rounds)
+        self.ledger.evals.clear()
+        self.ledger.evals.update(evals)
 
-    def _timed(self, into: dict[int, float], key: int, call: Callable, *args):
-        started = time.thread_time()
-        try:
-            return call(*args)
-        finally:
-            ended = time.thread_time()
-            into[key] = into.get(key, 0.0) + ended - started
-            self.spent = self.before + ended
+    @property
+    def spent(self) -> float:
+        """All engine CPU seconds so far (`before` and this thread's), as of the last timed call's end."""
+        return self.before + self.ledger.thread_total
 
 
 @dataclass
@@ -136,9 +138,9 @@ class NodeRecord:
             return {int(t): v for t, v in figures.items() if last_round is None or int(t) <= last_round}
 
         self.engine = kept.get("engine") or self.engine
-        self.clock.rounds, self.clock.evals = upto(kept["rounds"]), upto(kept["evals"])
+        self.clock.keep_only(upto(kept["rounds"]), upto(kept["evals"]))
         redone = sum(v for t, v in kept["rounds"].items() if int(t) not in self.clock.rounds)
-        self.clock.before = self.clock.spent = max(float(kept["engine_cpu_s"]) - redone, 0.0)
+        self.clock.before = max(float(kept["engine_cpu_s"]) - redone, 0.0)
         self.per_task = upto(kept["per_task"])
         if last_round is None:
             self.sampled, self.engine_cpu_s, self.peer = kept["sampled"], float(kept["engine_cpu_s"]), kept["peer"]

@@ -33,20 +33,30 @@ NOT_COMPARED = {"model": ("threads",), "train": ("local", "external", "rounds", 
 change the speed."""
 
 
+POLICIES = ("adaptive",)
+"""Policies a config may name after a colon (`8/24:adaptive`); without one, train.external_policy as set."""
+
+
 @dataclass(frozen=True, order=True)
 class Config:
-    """I own questions and J peers' groups per round."""
+    """I own questions and J peers' groups per round, under `policy` ("": train.external_policy as set)."""
 
     local: int
     external: int
+    policy: str = ""
 
     @property
     def name(self) -> str:
-        return f"{self.local}/{self.external}"
+        return f"{self.local}/{self.external}" + (f":{self.policy}" if self.policy else "")
 
     @property
     def solo(self) -> bool:
         return self.external == 0
+
+
+def compared_configs(total: int, local: int) -> tuple[Config, ...]:
+    """The configs `--nodes` with several sizes compares by default: solo (I + J)/0, fixed I/J, adaptive I/J."""
+    return (Config(total, 0), Config(local, total - local), Config(local, total - local, "adaptive"))
 
 
 @dataclass(frozen=True)
@@ -58,7 +68,8 @@ class Cell:
     @property
     def key(self) -> str:
         """The cell's file and folder name: `32-0-seed0`."""
-        return f"{self.config.local}-{self.config.external}-seed{self.seed}"
+        policy = f"-{self.config.policy}" if self.config.policy else ""
+        return f"{self.config.local}-{self.config.external}{policy}-seed{self.seed}"
 
     @property
     def label(self) -> str:
@@ -102,13 +113,19 @@ class Plan:
 
 
 def parse_configs(text: str) -> tuple[Config, ...]:
-    """`32/0,24/8,...`: I/J pairs, I >= 1, J >= 0, the same I + J in all, no repeats."""
+    """`32/0,24/8,8/24:adaptive,...`: I/J pairs, I >= 1, J >= 0, the same I + J in all, no repeats; a pair may
+    name a policy after a colon (adaptive: I is then the floor of own questions, I + J the most)."""
     configs = []
     for part in (p.strip() for p in text.split(",")):
-        local, slash, external = part.partition("/")
+        pair, _, policy = part.partition(":")
+        local, slash, external = pair.partition("/")
         if not slash or not local.strip().isdigit() or not external.strip().isdigit():
             raise UsageError(f"--configs {text!r}: {part!r} is not I/J; write whole numbers such as 32/0,16/16")
-        configs.append(Config(int(local), int(external)))
+        if policy and policy not in POLICIES:
+            raise UsageError(f"--configs {text!r}: {part!r} names policy {policy!r}; known: {', '.join(POLICIES)}")
+        if policy and int(external) == 0:
+            raise UsageError(f"--configs {text!r}: {part!r} has J = 0: a policy for peers' groups needs J > 0")
+        configs.append(Config(int(local), int(external), policy))
     for config in configs:
         if not 1 <= config.local <= MAX_GROUPS or config.external > MAX_GROUPS:
             raise UsageError(f"--configs: {config.name} is out of range; I must be 1 to {MAX_GROUPS}, J 0 to {MAX_GROUPS}")
@@ -162,6 +179,8 @@ def cell_settings(base: Settings, plan: Plan, cell: Cell) -> Settings:
     values = {"train.local": cell.config.local, "train.external": cell.config.external, "train.rounds": plan.rounds,
               "train.seed": cell.node_seed(0), "train.eval_every": plan.eval_every, "train.eval_n": plan.eval_n,
               "train.checkpoint_every": min(CHECKPOINT_EVERY, plan.rounds), "model.threads": plan.threads}
+    if cell.config.policy:
+        values["train.external_policy"] = cell.config.policy
     for key, value in values.items():
         section, name = key.split(".")
         set_value(settings, section, name, value, source="swarm experiment")

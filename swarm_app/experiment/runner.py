@@ -22,6 +22,7 @@ from swarm_app.experiment.plan import (
     Plan,
     cell_settings,
     check_plan,
+    compared_configs,
     default_configs,
     fingerprint,
     parse_configs,
@@ -46,6 +47,8 @@ class Inputs:
     eval_every: int | None = None
     eval_n: int = 200
     eval_samples: int = 4
+    policies: bool = False
+    """Default configs: solo, fixed I/J and adaptive I/J (plan.compared_configs) instead of the paper's split."""
 
 
 @dataclass(frozen=True)
@@ -123,7 +126,10 @@ def make_plan(settings: Settings, inputs: Inputs) -> Plan:
     from swarm_app.session.engine import detect_hardware, prepare_model
 
     prepare_model(settings)  # the model's recommended settings, as every session of the experiment will see them
-    configs = parse_configs(inputs.configs) if inputs.configs else default_configs(settings.train.local + settings.train.external)
+    total = settings.train.local + settings.train.external
+    configs = (parse_configs(inputs.configs) if inputs.configs
+               else compared_configs(total, settings.train.local) if inputs.policies and settings.train.external
+               else default_configs(total))
     eval_every = inputs.eval_every if inputs.eval_every is not None else max(1, inputs.rounds // 4)
     cores = detect_hardware(settings.model.backend).cores
     plan = Plan(inputs.nodes, configs, inputs.seeds, inputs.rounds, eval_every, inputs.eval_n, inputs.eval_samples,
@@ -290,6 +296,23 @@ def score_base(settings: Settings, plan: Plan) -> dict[str, Any]:
         engine.backend.close()
     return {**result.to_dict(), "sampled": sampled, "engine": engine.name, "threads": engine.threads,
             "seconds": round(time.monotonic() - started, 3)}
+
+
+def write_sizes(out: Path, folders: dict[int, Path]) -> Path | None:
+    """`out/sizes.json` (experiment/sizes.py) from the results.json of each size's folder that has one."""
+    from swarm_app.experiment.sizes import sizes_file
+    from swarm_app.experiment.store import read_json
+
+    by_size = {}
+    for nodes, folder in folders.items():
+        results = read_json(folder / "results.json")
+        if isinstance(results, dict):
+            by_size[nodes] = (results["experiment"]["rounds"], results["summary"]["configs"])
+    table = sizes_file(by_size) if by_size else None
+    if table is None:
+        return None
+    write_json(out / "sizes.json", table)
+    return out / "sizes.json"
 
 
 def draw_atomically(curves: dict[str, Any], out: Path, title: str) -> list[Path]:

@@ -84,9 +84,17 @@ class TrainSettings:
                                      "1 is plain GRPO, below 1 leans on reinforcing right answers.", low=0.0, high=1.0)
     external_policy: str = setting(
         "uniform", "What a round does when peers hand it fewer than J groups: uniform (train on those), fill "
-        "(also answer further own questions in the empty places, so the update always holds I + J groups). "
-        "With no peer connected, own questions take the J places under either.",
-        choices=("uniform", "fill"))
+        "(also answer further own questions in the empty places, so the update always holds I + J groups), "
+        "adaptive (peers' groups with a reward spread first, then as many own questions as cover the shortfall "
+        "to signal_target, between adaptive_floor and I + J; see swarm_app/training/supply.py). With no peer "
+        "connected, own questions take the J places under each.",
+        choices=("uniform", "fill", "adaptive"))
+    signal_target: float = setting(
+        0.0, "Groups with a reward spread the adaptive update aims at per round (0: I + J, every group of the "
+        "update). The solo recipe's figure is the one to give: what a node at I + J / 0 trains on.",
+        low=0.0, high=512.0)
+    adaptive_floor: int = setting(0, "Fewest own questions a round under the adaptive update, so every node keeps "
+                                  "contributing (0: I).", low=0, high=256)
     keep_zero_advantage_local: bool = setting(
         True, "Train on own groups with equal rewards (paper: yes; they add nothing to the loss).")
     checkpoint_every: int = setting(1, "Checkpoint every k rounds (and on Ctrl-C).", low=1)

@@ -202,10 +202,18 @@ def score(task: Task, completion: str) -> float:
 
 
 def draw(specs: list[TaskSpec], seed: int, round_index: int, count: int) -> list[TaskRef]:
-    """`count` training refs for one round, a pure function of (seed, round): resumes redraw the same."""
+    """`count` training refs for one round, a pure function of (seed, round): resumes redraw the same.
+
+    A draw of n is the first n of any larger draw of the same (seed, round): each ref takes its task and its
+    index from the stream in turn, so configs of one seed with different I (and the own questions a round adds
+    beyond I) ask the same questions where they overlap."""
     rng = random.Random(f"draw:{seed}:{round_index}")
-    chosen = rng.choices(specs, weights=[s.weight for s in specs], k=count)
-    return [TaskRef(spec.dataset, spec.digest, seed, rng.randrange(DATASET_SIZE)) for spec in chosen]
+    weights = [s.weight for s in specs]
+    refs = []
+    for _ in range(count):
+        spec = rng.choices(specs, weights=weights)[0]
+        refs.append(TaskRef(spec.dataset, spec.digest, seed, rng.randrange(DATASET_SIZE)))
+    return refs
 
 
 def heldout(specs: list[TaskSpec], n: int) -> list[TaskRef]:

@@ -238,6 +238,7 @@ class Session:
         if self.exchange is None and self.peer_config is not None:
             self.exchange = self.peering.build(lambda: self.last_row)
         self.trainer = Trainer(backend, self._plan(specs), self.exchange, self._report)
+        self.trainer.supply.replay(self.metrics.rows())  # a resumed run's adaptive update goes on as it was
 
     def _relock(self) -> None:
         """After --fresh moved the old run (and its lock file) aside: lock the new folder, then let go of the old."""
@@ -282,7 +283,8 @@ class Session:
         t, m = self.settings.train, self.settings.model
         return RoundPlan(specs, t.local, t.external, t.completions, self.seed,
                          Sampling(m.max_new_tokens, m.temperature, m.top_p), t.keep_zero_advantage_local,
-                         t.eval_every, tasks.heldout(specs, t.eval_n), t.negative_weight, t.external_policy)
+                         t.eval_every, tasks.heldout(specs, t.eval_n), t.negative_weight, t.external_policy,
+                         t.signal_target, t.adaptive_floor)
 
     def _resume(self, backend) -> None:
         state, folder = self.checkpoints.restore(lambda folder: load_checkpoint_adapter(backend, self.backend_name, folder))

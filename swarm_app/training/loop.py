@@ -11,6 +11,7 @@ trusted, and nothing it sends can raise.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import threading
@@ -33,6 +34,7 @@ from swarm_app.kernel.rollouts import Rollout, RolloutExchange
 from swarm_app.training.diagnostics import round_diagnostics
 from swarm_app.training.evaluation import EvalResult, evaluate
 from swarm_app.training.grpo import group_advantages, has_signal, weigh_negatives
+from swarm_app.training.supply import AdaptiveUpdate
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +64,13 @@ class RoundPlan:
     external_policy: str = "uniform"
     """"uniform": up to J peers' groups, as the exchange hands them out. "fill": the same, and when fewer than J
     arrive, own groups on further questions of the round take the empty places, so the update holds I + J.
-    Under either, a node with no peer connected (or none to connect to: no exchange) answers J further own
+    "adaptive": peers' groups first, own questions to cover the shortfall to `signal_target` (training/supply.py).
+    Under each, a node with no peer connected (or none to connect to: no exchange) answers J further own
     questions: alone, it trains as a node at I + J / 0 does."""
+    signal_target: float = 0.0
+    """"adaptive": the signal groups an update aims at (0: I + J)."""
+    adaptive_floor: int = 0
+    """"adaptive": the fewest own questions a round (0: I)."""
 
 
 @dataclass
@@ -79,6 +86,27 @@ class ScoredGroup:
         return group_advantages(self.rewards)
 
 
+@dataclass
+class CpuLedger:
+    """CPU seconds the trainer spent on the thread that ran it (time.thread_time, read on that thread): per round
+    (its evaluation included) and per evaluation, by round; `thread_total` is the thread's whole CPU time at
+    the end of the last timed call. Exact at one engine thread, where the engine computes on that thread; with
+    more, their helpers are not counted. A reader on another thread should copy the dicts first."""
+
+    rounds: dict[int, float] = field(default_factory=dict)
+    evals: dict[int, float] = field(default_factory=dict)
+    thread_total: float = 0.0
+
+    @contextlib.contextmanager
+    def timing(self, into: dict[int, float], key: int):
+        started = time.thread_time()
+        try:
+            yield
+        finally:
+            self.thread_total = time.thread_time()
+            into[key] = into.get(key, 0.0) + self.thread_total - started
+
+
 class Trainer:
     def __init__(self, backend: Backend, plan: RoundPlan, exchange: RolloutExchange | None = None,
                  report: Callable[[Event], None] | None = None) -> None:
@@ -88,20 +116,23 @@ class Trainer:
         self.report = report or (lambda event: None)
         """Receives progress and evaluation events, on the training thread."""
         self.stop_requested = threading.Event()
+        self.cpu = CpuLedger()
+        """The CPU seconds of each round and evaluation, for whoever measures compute (swarm experiment)."""
+        self.supply = AdaptiveUpdate(plan.signal_target, plan.adaptive_floor or plan.local,
+                                     plan.local + plan.external, plan.external)
+        """The adaptive update's state; observed every round (whatever the policy), used under "adaptive"."""
 
     def run_round(self, t: int) -> RoundMetrics:
         """One round. Raises RoundAbandoned when a stop comes before the update (the round leaves no
-        trace); once the update has begun the round completes (only its evaluation is skipped)."""
+        trace); once the update has begun the round completes (only its evaluation is skipped). Its CPU time
+        on this thread goes to `cpu`."""
+        with self.cpu.timing(self.cpu.rounds, t):
+            return self._round(t)
+
+    def _round(self, t: int) -> RoundMetrics:
         started = time.perf_counter()
-        try:
-            own = self._generate_own(t)
-        except Cancelled:
-            raise RoundAbandoned(t) from None
-        gen_s = time.perf_counter() - started
-        self._share(t, own)
-        external, checked = self._take_external(t)
-        filled, fill_s = self._fill(t, self._empty_places(external))
-        own, gen_s = own + filled, gen_s + fill_s
+        own, external, checked, gen_s = (self._gather_adaptive(t) if self.plan.external_policy == "adaptive"
+                                         else self._gather(t))
         if self.stop_requested.is_set():
             raise RoundAbandoned(t)
         train_started = time.perf_counter()
@@ -113,13 +144,49 @@ class Trainer:
         used_from = dict(Counter(group.rollout.author for group in external)) if self.plan.external else None
         metrics = dataclasses.replace(metrics, external_checked=checked if self.plan.external else None, used_from=used_from,
                                       **round_diagnostics(own, external, checked, [peer for _, peer in training_set], stats))
+        self.supply.observe(metrics.n_local, metrics.groups_with_signal - metrics.n_external, metrics.n_external)
         if self.plan.eval_every and t % self.plan.eval_every == 0 and not self.stop_requested.is_set():
             metrics = self._with_evaluation(metrics)
         return dataclasses.replace(metrics, round_s=round(time.perf_counter() - started, 3))
 
+    def _gather(self, t: int) -> tuple[list[ScoredGroup], list[ScoredGroup], int, float]:
+        """Own groups (I, then the J places peers left empty where the policy fills them), the peers' groups,
+        the peer groups re-scored, and the generation seconds."""
+        started = time.perf_counter()
+        try:
+            own = self._generate_own(t)
+        except Cancelled:
+            raise RoundAbandoned(t) from None
+        gen_s = time.perf_counter() - started
+        self._share(t, own)
+        external, checked = self._take_external(t)
+        filled, fill_s = self._fill(t, self._empty_places(external))
+        return own + filled, external, checked, gen_s + fill_s
+
+    def _gather_adaptive(self, t: int) -> tuple[list[ScoredGroup], list[ScoredGroup], int, float]:
+        """As _gather, under "adaptive": peers' signal groups first, then own questions for the shortfall (the
+        first n of a draw of I + J from (seed, t), so the first I are the fixed policies' own questions)."""
+        plan, supply = self.plan, self.supply
+        connected = self.exchange is not None and self.exchange.connected()
+        external, checked = self._take_external(t, supply.external_wanted()) if connected else ([], 0)
+        count = supply.own_count(len(external))
+        started = time.perf_counter()
+        refs = tasks.draw(plan.specs, plan.seed, t, supply.most)[:count]
+        try:
+            own = self._generate(t, refs, (plan.seed * 1_000_003 + t) % 2**31)
+        except Cancelled:
+            raise RoundAbandoned(t) from None
+        gen_s = time.perf_counter() - started
+        self._share(t, own)
+        return own, external, checked, gen_s
+
     def evaluate(self, round_index: int = 0, kind: str = "scheduled") -> EvalResult:
         """Held-out accuracy now, reported as EvaluationStarted/Progress/Finished (`kind`: why it runs,
-        events.EVALUATION_KINDS). Raises Cancelled on stop."""
+        events.EVALUATION_KINDS). Raises Cancelled on stop. Its CPU time on this thread goes to `cpu`."""
+        with self.cpu.timing(self.cpu.evals, round_index):
+            return self._evaluate(round_index, kind)
+
+    def _evaluate(self, round_index: int, kind: str) -> EvalResult:
         refs = self.plan.eval_refs
         self.report(EvaluationStarted(round_index, len(refs), kind))
 
@@ -202,20 +269,21 @@ class Trainer:
         if self.exchange is not None:
             self.exchange.publish(rollout)
 
-    def _take_external(self, t: int) -> tuple[list[ScoredGroup], int]:
-        """The peers' groups to train on (re-scored, with a reward spread) and how many valid peer groups were
-        re-scored to find them."""
-        if self.exchange is None or self.plan.external == 0:
+    def _take_external(self, t: int, wanted: int | None = None) -> tuple[list[ScoredGroup], int]:
+        """Up to `wanted` (default J) peers' groups to train on (re-scored, with a reward spread) and how many
+        valid peer groups were re-scored to find them."""
+        wanted = self.plan.external if wanted is None else wanted
+        if self.exchange is None or wanted <= 0:
             return [], 0
         kept: list[ScoredGroup] = []
         checked = 0
         for _ in range(EXTERNAL_TRIES):
             # ask only for what is missing: the exchange hands each rollout out once
-            offered = self.exchange.sample(self.plan.external - len(kept))
+            offered = self.exchange.sample(wanted - len(kept))
             groups = [g for g in map(rescore, offered) if g is not None]
             checked += len(groups)
             kept += [g for g in groups if has_signal(g.rewards)]
-            if not offered or len(kept) >= self.plan.external:
+            if not offered or len(kept) >= wanted:
                 break
         return kept, checked
 

@@ -42,6 +42,22 @@ def test_draws_are_a_pure_function_of_seed_and_round():
     assert tasks.draw(specs, 1, 5, 8) != tasks.draw(specs, 2, 5, 8)
 
 
+def test_a_smaller_draw_is_the_start_of_a_larger_one():
+    # Configs of one seed (8/24 and 32/0) and the own questions a round adds beyond I must ask the same
+    # questions where they overlap: the draw of 8 is the first 8 of the draw of 32.
+    specs = tasks.preset("easy")
+    for t in range(1, 30):
+        assert tasks.draw(specs, 3, t, 8) == tasks.draw(specs, 3, t, 32)[:8]
+
+
+def test_draws_follow_the_task_weights():
+    specs = tasks.preset("easy")
+    drawn = [ref.dataset for t in range(400) for ref in tasks.draw(specs, 5, t, 32)]
+    total = sum(s.weight for s in specs)
+    for spec in specs:
+        assert abs(drawn.count(spec.dataset) / len(drawn) - spec.weight / total) < 0.02
+
+
 def test_training_draws_never_touch_the_heldout_seed():
     specs = tasks.preset("easy")
     heldout = set(tasks.heldout(specs, 100))

@@ -99,3 +99,43 @@ def test_metrics_endpoint_shows_training_and_swarm_figures(stub_model, tmp_path)
     assert gauges["swarm_train_round"] >= 1
     assert 0.0 <= gauges["swarm_train_reward_local"] <= 1.0
     assert gauges["rsp_published_total"] >= shared >= 1  # own groups with a reward spread, signed and shared
+
+
+def test_an_adaptive_node_beside_a_peer_that_sends_nothing_trains_on_the_solo_count(stub_model, tmp_path, monkeypatch):
+    # A real link over aiohttp to a peer on --no-share (a fresh join, a receive-only node): a fixed 8/24 node
+    # trained on 8 questions a round there, a quarter of what it asks alone. The adaptive one asks I + J.
+    async def scenario():
+        quiet_events, events = [], []
+        joined = asyncio.Event()
+
+        def on_quiet(event):
+            quiet_events.append(event)
+            if isinstance(event, SwarmJoined):
+                joined.set()
+
+        quiet_settings = networked(make_settings(stub_model, tmp_path / "quiet", 0, local=2, completions=2), 1)
+        quiet_settings.peer.share = False
+        quiet = Session(quiet_settings, on_event=on_quiet)
+        quiet_run = asyncio.create_task(quiet.run())
+        await asyncio.wait_for(joined.wait(), 60)
+        address = next(e.address for e in quiet_events if isinstance(e, SwarmJoined))
+        monkeypatch.setenv("SWARM_HOME", str(tmp_path / "second-home"))  # another user: another identity
+        settings = networked(make_settings(stub_model, tmp_path / "node", 0, local=8, external=24, completions=2,
+                                           external_policy="adaptive", signal_target=14.0), 2, [address])
+        node = Session(settings, on_event=events.append)
+        node_run = asyncio.create_task(node.run())
+        for _ in range(600):
+            linked = [e.metrics for e in events if isinstance(e, RoundFinished) and e.metrics.peers]
+            if len(linked) >= 4:
+                break
+            await asyncio.sleep(0.1)
+        quiet.stop()
+        node.stop()
+        await asyncio.gather(quiet_run, node_run)
+        return [e.metrics for e in events if isinstance(e, RoundFinished)]
+
+    rows = asyncio.run(scenario())
+    linked = [row for row in rows if row.peers]
+    assert len(linked) >= 4  # the link was up for these rounds: the claim is about a connected peer
+    assert all(row.n_external == 0 for row in rows)  # and it sent nothing
+    assert [row.n_local for row in linked] == [32] * len(linked)
