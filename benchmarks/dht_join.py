@@ -6,7 +6,7 @@ so libtorrent's IP restrictions keep their defaults), is seeded with the seed's 
 (`[peer] dht_nodes`) and asks no public router (`dht_routers` empty): nothing leaves the machine. Each
 node's neighbours are read from the `peers` column of its `metrics.jsonl` (one row per round, fake engine).
 
-    python benchmarks/dht_join.py --nodes 10 --seconds 60 [--no-dht]
+    python -m benchmarks.dht_join --nodes 10 --seconds 60 [--no-dht]
 """
 
 from __future__ import annotations
