@@ -37,7 +37,8 @@ def last_row(run_dir: Path) -> dict:
 
 def launch(i: int, root: Path, seed_port: int, args: argparse.Namespace) -> tuple[subprocess.Popen, Path]:
     home, run_dir = root / f"home-{i}", root / f"run-{i}"
-    env = {**os.environ, "SWARM_HOME": str(home), "SWARM_PEER_DHT_ROUTERS": "",
+    env = {**os.environ, "SWARM_HOME": str(home), "SWARM_PEER_ENABLED": "true", "SWARM_PEER_DHT": "true",
+           "SWARM_PEER_DHT_ROUTERS": "",
            "SWARM_PEER_DHT_NODES": f'["127.40.0.1:{seed_port}"]', "SWARM_PEER_UPNP": "false"}
     argv = [sys.executable, "-m", "swarm_app", "run", "--no-ui", "--backend", "fake", "--no-mdns", "--threads", "1",
             "--swarm", "dht-lab", "--listen", f"127.{50 + i}.0.1:47470", "--run-dir", str(run_dir), "--seed", str(i)]

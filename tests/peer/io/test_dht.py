@@ -139,3 +139,20 @@ async def test_two_hundred_fake_announcements_cost_no_more_than_the_unverified_d
         print(f"\n{fake_dials} dials to 200 fake addresses in {elapsed:.0f} s (budget {budget:.1f}); "
               f"{victim.stats().neighbours} neighbours")
         assert 0 < fake_dials <= budget + 1
+
+
+@pytest.mark.slow
+def test_swarm_run_processes_with_no_address_meet_on_the_dht_and_not_without_it():
+    """Real `swarm run` processes (fake engine) with no --bootstrap, --peer or mDNS (benchmarks/dht_join.py):
+    about 60 s each way."""
+    import subprocess
+    import sys
+
+    def neighbours(*flags: str) -> list[int]:
+        done = subprocess.run([sys.executable, "-m", "benchmarks.dht_join", "--nodes", "3", "--marks", "45", *flags],
+                              capture_output=True, text=True, timeout=180)
+        line = next(line for line in done.stdout.splitlines() if "neighbours" in line)
+        return [int(n) for n in line.split("[")[1].split("]")[0].replace("'-'", "0").split(",")]
+
+    assert neighbours() == [2, 2, 2]
+    assert neighbours("--no-dht") == [0, 0, 0]
