@@ -33,6 +33,7 @@ def isolated_home(tmp_path, monkeypatch) -> Path:
     # No test joins a real swarm by accident (port 47470, mDNS on the LAN); networked tests opt in.
     monkeypatch.setenv("SWARM_PEER_ENABLED", "false")
     monkeypatch.setenv("SWARM_PEER_UPNP", "false")  # nor asks a router on the LAN to forward a port (SSDP)
+    monkeypatch.setenv("SWARM_PEER_DHT", "false")  # nor asks the public DHT routers (tests run a private DHT)
     return home
 
 

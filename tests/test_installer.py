@@ -92,7 +92,7 @@ def test_linux_nvidia_plan_commands():
     plan = plan_for("linux-x86_64", "NVIDIA GeForce RTX 4090, 24564 MiB, 570.124.04")
     python = "/home/ada/.local/share/swarm-app/venv/bin/python"
     assert plan.torch_command == [python, "-m", "pip", "install", "torch", "--index-url", "https://download.pytorch.org/whl/cu128"]
-    assert plan.app_command == [python, "-m", "pip", "install", "--upgrade", "swarm-app[cuda]"]
+    assert plan.app_command == [python, "-m", "pip", "install", "--upgrade", "swarm-app[cuda,dht]"]
     assert str(plan.launcher) == "/home/ada/.local/bin/swarm"
 
 
@@ -115,13 +115,13 @@ def test_torch_spec_and_local_wheel_and_engine_flags(tmp_path):
     wheel = tmp_path / "swarm_app-0.1.0-py3-none-any.whl"
     plan = plan_for("linux-x86_64", torch_spec="torch==2.13.0", source=str(wheel), engine="llamacpp")
     assert plan.torch_command[-1:] == ["torch==2.13.0"] and "--index-url" not in plan.torch_command
-    assert plan.app_command[-1] == f"swarm-app[llamacpp] @ {wheel.as_uri()}"
+    assert plan.app_command[-1] == f"swarm-app[llamacpp,dht] @ {wheel.as_uri()}"
 
 
 def test_torch_already_installed_is_kept_and_only_the_app_upgrades():
     plan = installer.plan_install(installer.Machine("linux", "x86_64"), installer.Options(), {"HOME": "/h"}, has_torch=True)
     assert plan.torch_command is None
-    assert plan.app_command[-2:] == ["--upgrade", "swarm-app"]
+    assert plan.app_command[-2:] == ["--upgrade", "swarm-app[dht]"]
     assert ("torch", "kept") in [(c.what, c.value) for c in plan.choices]
 
 
@@ -141,7 +141,7 @@ def test_install_sh_dry_run_prints_the_commands_and_runs_nothing(tmp_path):
     commands = [line[2:] for line in done.stdout.splitlines() if line.startswith("$ ")]
     assert commands[1:] == [
         f"{venv}/bin/python -m pip install torch==2.13.0",
-        f"{venv}/bin/python -m pip install --upgrade 'swarm-app @ {ROOT.as_uri()}'",  # the checkout it ran from
+        f"{venv}/bin/python -m pip install --upgrade 'swarm-app[dht] @ {ROOT.as_uri()}'",  # the checkout it ran from
         f"ln -sfn {venv}/bin/swarm {tmp_path}/.local/bin/swarm",
         f"{tmp_path}/.local/bin/swarm doctor",
     ]
@@ -156,7 +156,7 @@ def test_faked_platform_never_installs_even_without_dry_run(tmp_path):
     done = run_install_sh("--yes", env=env)
     assert done.returncode == 0, done.stderr
     assert "--index-url https://download.pytorch.org/whl/cu124" in done.stdout
-    assert "swarm-app[cuda]" in done.stdout and list(tmp_path.iterdir()) == []
+    assert "swarm-app[cuda,dht]" in done.stdout and list(tmp_path.iterdir()) == []
 
 
 def test_install_sh_table_matches_the_decisions(tmp_path):
@@ -214,7 +214,7 @@ def test_from_a_checkout_it_installs_the_checkout_and_says_so(tmp_path):
     env = clean_env(tmp_path, SWARM_INSTALL_FAKE_PLATFORM="linux-x86_64", SWARM_INSTALL_FAKE_NVIDIA_SMI="")
     done = run_install_sh("--dry-run", env=env)
     assert done.returncode == 0, done.stderr
-    assert f"--upgrade 'swarm-app @ {ROOT.as_uri()}'" in done.stdout and "from PyPI" not in done.stdout
+    assert f"--upgrade 'swarm-app[dht] @ {ROOT.as_uri()}'" in done.stdout and "from PyPI" not in done.stdout
     assert f"the checkout this installer was run from ({ROOT})" in done.stdout
 
 
@@ -222,7 +222,7 @@ def test_from_accepts_a_folder_and_refuses_one_that_is_not_swarm_app(tmp_path):
     env = clean_env(tmp_path, SWARM_INSTALL_FAKE_PLATFORM="linux-x86_64", SWARM_INSTALL_FAKE_NVIDIA_SMI="")
     done = run_install_sh("--dry-run", "--from", str(ROOT), "--engine", "llamacpp", env=env)
     assert done.returncode == 0, done.stderr
-    assert f"'swarm-app[llamacpp] @ {ROOT.as_uri()}'" in done.stdout
+    assert f"'swarm-app[llamacpp,dht] @ {ROOT.as_uri()}'" in done.stdout
     done = run_install_sh("--dry-run", "--from", str(tmp_path), env=env)
     assert done.returncode == 1 and "is not a swarm-app checkout" in done.stderr
 
@@ -236,7 +236,7 @@ def test_an_installer_fetched_on_its_own_still_installs_the_published_package(tm
     done = subprocess.run([sys.executable, str(alone / "installer.py"), "--dry-run"], capture_output=True, text=True,
                           env=env, timeout=60)
     assert done.returncode == 0, done.stderr
-    assert "-m pip install --upgrade swarm-app\n" in done.stdout and "(from PyPI)" in done.stdout
+    assert "-m pip install --upgrade 'swarm-app[dht]'\n" in done.stdout and "(from PyPI)" in done.stdout
 
 
 @pytest.mark.slow
@@ -251,7 +251,7 @@ def test_install_sh_in_a_fresh_clone_installs_that_clone_and_it_trains(tmp_path)
     done = subprocess.run(["sh", "install.sh", "--yes", "--torch-spec", "torch==2.13.0"], cwd=clone,
                           capture_output=True, text=True, env=env, timeout=1500)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert f"swarm-app @ {clone.as_uri()}" in done.stdout
+    assert f"swarm-app[dht] @ {clone.as_uri()}" in done.stdout
     work = tmp_path / "elsewhere"
     work.mkdir()
     run = subprocess.run([str(home / ".local/bin/swarm"), "run", "--no-ui", "--offline", "--rounds", "2"], cwd=work,

@@ -215,7 +215,8 @@ def checkout_around(script: Path) -> Path | None:
 
 
 def app_requirement(options: Options, engine: str) -> str:
-    extra = "" if engine == "torch" else f"[{engine}]"
+    """The app with its engine's extra and `dht` (the DHT rendezvous; its markers skip it where no wheel exists)."""
+    extra = "[dht]" if engine == "torch" else f"[{engine},dht]"
     if options.source:
         return f"{APP}{extra} @ {Path(options.source).resolve().as_uri()}"
     return f"{APP}{extra}"

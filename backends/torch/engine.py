@@ -188,7 +188,7 @@ class TorchBackend(GrpoEngine):
         from backends.torch.decode import decode
 
         ids, mask = pad(rows, self._tok.pad_token_id, left=True, device=self._device)
-        return decode(self._model, self._cache_kwarg, ids, mask, sampling, self._stop_ids, steps.step, generator)
+        return decode(self._model, self._cache_kwarg, ids, mask, sampling, self._stop_ids, steps.step, generator=generator)
 
     def _token_logps(self, seqs: list[Sequence]):
         """Log-probs of every completion token of `seqs` (which share one prompt), flat, sample after sample.

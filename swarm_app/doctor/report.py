@@ -142,7 +142,21 @@ def _swarm(settings: Settings) -> dict:
     name = swarms.swarm_name(settings.peer.swarm, settings.tasks.preset)
     given = "peer.bootstrap" in settings.given
     bootstrap = list(settings.peer.bootstrap) if given else list(swarms.shipped_bootstrap(name))
-    return {"name": name, "bootstrap": bootstrap, "bootstrap_from": "settings" if given else "shipped with the app"}
+    return {"name": name, "bootstrap": bootstrap, "bootstrap_from": "settings" if given else "shipped with the app",
+            "discovery": _discovery(settings, name, bootstrap)}
+
+
+def _discovery(settings: Settings, name: str, bootstrap: list[str]) -> list[str]:
+    """Where a node finds peers, one line each: the DHT (and what it reveals), mDNS, bootstrap, peer table."""
+    from swarm_app.peer.io.dht import status_line
+
+    peer = settings.peer
+    on = peer.enabled
+    table = user_dirs().data / "peers.json"
+    return [status_line(on and peer.dht, name),
+            "mDNS (this LAN): " + ("on" if on and peer.mdns else "off"),
+            f"bootstrap and --peer: {len(bootstrap) + len(peer.peers)} address(es)",
+            "peer table: " + (f"{table}" if table.exists() else "none saved yet")]
 
 
 def _reachability(settings: Settings, report: dict) -> dict:
@@ -361,6 +375,7 @@ def format_text(report: dict) -> str:
     swarm = report["swarm"]
     bootstrap = ", ".join(swarm["bootstrap"]) or "none (none ships yet: give one with --bootstrap HOST:PORT)"
     lines.append(f"swarm: {swarm['name']}; bootstrap ({swarm['bootstrap_from']}): {bootstrap}")
+    lines.append("peers come from: " + "; ".join(swarm["discovery"]))
     reach = report["reachability"]
     lines.append(reach["text"] + (f"\n  {reach['fix']}" if reach.get("fix") else ""))
     for peer in report["peers"]:

@@ -19,6 +19,7 @@ from typing import Any, Mapping
 
 from backends import registry
 from swarm_app.kernel.errors import UsageError
+from swarm_app.kernel.swarms import DHT_ROUTERS
 
 
 def setting(default: Any, doc: str, *, choices: tuple | None = None, low: float | None = None,
@@ -130,6 +131,14 @@ class PeerSettings:
                          flag="--no-upnp", flag_help="do not ask the router to forward the port (UPnP)")
     mdns: bool = setting(True, "Announce and find nodes on the local network with mDNS.",
                          flag="--no-mdns", flag_help="no LAN discovery")
+    dht: bool = setting(True, "Find the swarm by name on the BitTorrent Mainline DHT and announce this node's port "
+                        "there (needs the extra: pip install \"swarm-app[dht]\"). Anyone who knows the swarm's name "
+                        "can then list its members' addresses.",
+                        flag="--no-dht", flag_help="do not look the swarm up or announce this node on the BitTorrent DHT")
+    dht_listen: str = setting("", "HOST:PORT of the DHT's UDP socket. Empty: the listen host, any free port.")
+    dht_nodes: list = setting([], "DHT nodes to seed the routing table with, HOST:PORT each (a private DHT).")
+    dht_routers: list = setting(list(DHT_ROUTERS), "DHT routers asked first to join the DHT, HOST:PORT each "
+                                "(public ones by default; empty: none, for a private DHT given with dht_nodes).")
     share: bool = setting(True, "Send own rollouts to peers (false: only receive).",
                           flag="--no-share", flag_help="do not send own rollouts (still receive)")
     metrics_listen: str = setting("", "HOST:PORT for Prometheus /metrics. Empty: on the peer port, to localhost only.",

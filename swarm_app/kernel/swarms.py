@@ -22,6 +22,10 @@ PUBLIC_BOOTSTRAP: dict[str, tuple[str, ...]] = {"easy": (), "paper": ()}
 its first peers on the LAN (mDNS), in its saved peer table, or at an address given with --bootstrap or
 --peer. Any reachable node can serve as a bootstrap for others."""
 
+DHT_ROUTERS = ("router.bittorrent.com:6881", "dht.transmissionbt.com:6881", "router.utorrent.com:6881")
+"""Public BitTorrent DHT routers a node asks first to join the Mainline DHT, on which it finds its swarm by
+name (peer/io/dht.py); run by others, so nothing of ours needs hosting."""
+
 SWARM_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 """1 to 64 lowercase letters, digits, '.', '_' and '-', starting with a letter or digit (lowercase only:
 "Easy" and "easy" are not two swarms by accident)."""

@@ -126,9 +126,25 @@ def peer_config(settings: Settings):
         raise UsageError(f"peer.identity {peer.identity!r}: use up to 32 letters, digits and '-'")
     config = PeerConfig(listen=check_address(peer.listen, "peer.listen"), identity_name=peer.identity,
                         swarm=swarms.swarm_name(peer.swarm, settings.tasks.preset),
-                        bootstrap=bootstrap_addresses(settings), mdns=peer.mdns, upnp=peer.upnp,
+                        bootstrap=bootstrap_addresses(settings), mdns=peer.mdns, upnp=peer.upnp, dht=dht_config(settings),
                         metrics_listen=check_address(peer.metrics_listen, "peer.metrics_listen") if peer.metrics_listen else None)
     return config.with_protocol(share=peer.share)
+
+
+def dht_config(settings: Settings):
+    """The DHT part of the peer config ([peer] dht, dht_listen, dht_nodes, dht_routers), None when it is off;
+    a bad address raises UsageError naming the setting."""
+    from swarm_app.kernel.paths import user_dirs
+    from swarm_app.peer.core.config import DhtConfig, check_address, check_dial_address
+    from swarm_app.peer.io.dht import STATE_NAME
+
+    peer = settings.peer
+    if not peer.dht:
+        return None
+    return DhtConfig(listen=check_address(peer.dht_listen, "peer.dht_listen") if peer.dht_listen else "",
+                     nodes=tuple(check_dial_address(a, "peer.dht_nodes address") for a in peer.dht_nodes),
+                     routers=tuple(check_dial_address(a, "peer.dht_routers address") for a in peer.dht_routers),
+                     state_path=user_dirs().data / STATE_NAME)
 
 
 def bootstrap_addresses(settings: Settings) -> tuple[str, ...]:

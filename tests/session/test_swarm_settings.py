@@ -55,6 +55,8 @@ def test_flags_env_and_config_name_the_swarm_and_its_bootstrap(tmp_path, monkeyp
     (["--bootstrap", "10.0.0.1:0"], {}, "bootstrap address '10.0.0.1:0': port 0 cannot be dialed"),
     ([], {"SWARM_PEER_BOOTSTRAP": "a b:5"}, "'a b' is neither an IP address nor a host name"),
     (["--peer", "10.0.0.1:99999"], {}, "peer address '10.0.0.1:99999': port 99999 out of range"),
+    ([], {"SWARM_PEER_DHT": "true", "SWARM_PEER_DHT_NODES": "127.1.0.1"},
+     "peer.dht_nodes address '127.1.0.1': address '127.1.0.1' is not HOST:PORT"),
 ])
 def test_a_bad_swarm_name_or_address_is_one_line_and_exit_2(argv, env, words, stub_model, tmp_path, capsys,
                                                              monkeypatch):
@@ -67,6 +69,19 @@ def test_a_bad_swarm_name_or_address_is_one_line_and_exit_2(argv, env, words, st
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and words in err[0], err
     assert "Traceback" not in err[0] and not (run_dir / "metrics.jsonl").exists()
+
+
+def test_the_dht_is_on_with_public_routers_and_off_with_no_dht_offline_or_the_setting(tmp_path, monkeypatch):
+    monkeypatch.delenv("SWARM_PEER_DHT")  # the tests' own default: off
+    config = config_of(tmp_path)
+    assert config.dht is not None and config.dht.routers == swarms.DHT_ROUTERS and config.dht.nodes == ()
+    assert config.dht.state_path is not None and config.dht.state_path.name == "dht-nodes.json"
+    assert config_of(tmp_path, "--no-dht").dht is None
+    assert config_of(tmp_path, toml="[peer]\ndht = false\n").dht is None
+    private = config_of(tmp_path, toml='[peer]\ndht_nodes = ["127.1.0.1:6881"]\ndht_routers = []\ndht_listen = "127.2.0.1:0"\n')
+    assert (private.dht.nodes, private.dht.routers, private.dht.listen) == (("127.1.0.1:6881",), (), "127.2.0.1:0")
+    args = build_parser().parse_args(["run", "--offline", "--config", str(tmp_path / "config.toml")])
+    assert not load_settings_for(args).peer.enabled  # --offline: no node is built, so no DHT either
 
 
 def stats(reachable, neighbours=2) -> NodeStats:

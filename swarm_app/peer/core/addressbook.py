@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 from swarm_app.peer.core.sources import prefix_of
 
-SOURCES = ("bootstrap", "mdns", "exchange", "inbound", "table")
+SOURCES = ("bootstrap", "mdns", "dht", "exchange", "inbound", "table")
 
 
 @dataclass

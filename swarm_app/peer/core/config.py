@@ -10,10 +10,11 @@ import dataclasses
 import ipaddress
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from swarm_app.kernel.errors import UsageError
-from swarm_app.kernel.swarms import DEFAULT_SWARM
+from swarm_app.kernel.swarms import DEFAULT_SWARM, DHT_ROUTERS
 from swarm_app.peer import DEFAULT_LISTEN, DEFAULT_PORT
 from swarm_app.peer.core.addressbook import format_address, parse_address
 from swarm_app.peer.core.admission import AdmissionLimits
@@ -27,6 +28,32 @@ LOOPBACK_TRUST = SourceLimits(push_per_address=(256.0, 4.0), push_per_network=(2
                               addresses_per_network=1 << 20, pool_share=1.0)
 """Source budgets for a swarm of nodes that all run on this machine (`swarm demo`, tests): every node
 connects from 127.0.0.1, so the Sybil budgets per address would count them as one source."""
+
+
+@dataclass(frozen=True)
+class DhtConfig:
+    """The node's part in the BitTorrent Mainline DHT (peer/io/dht.py): finding its swarm by name."""
+
+    listen: str = ""
+    """HOST:PORT of the DHT's UDP socket. Empty: the peer listen host, any free port."""
+    nodes: tuple[str, ...] = ()
+    """DHT nodes to seed the routing table with (a private DHT: tests)."""
+    routers: tuple[str, ...] = DHT_ROUTERS
+    """Routers that answer a newcomer's first queries (they never enter routing tables)."""
+    state_path: Path | None = None
+    """Where the routing table's nodes are saved between runs (None: not saved)."""
+    first_s: float = 10.0
+    """The first lookup and announce wait for the DHT's bootstrap, at most this long."""
+    lookup_s: float = 300.0
+    """Seconds between lookups (jittered 20%)."""
+    hungry_s: float = 15.0
+    """... while the node holds fewer than `hungry_below` links: this, doubling while lookups bring nothing
+    new, up to `lookup_s`."""
+    hungry_below: int = 6
+    announce_s: float = 600.0
+    """Seconds between announces (DHT nodes drop an announce after about 30 minutes)."""
+    early_announce_s: float = 30.0
+    """... the first three this far apart: an announce while the routing table fills can be lost."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +85,8 @@ class PeerConfig:
     """Dial-backs this node makes for others: per requester address, in total, at once."""
     mdns: bool = True
     """Announce and find nodes on the LAN with mDNS."""
+    dht: DhtConfig | None = None
+    """Find the swarm by name on the BitTorrent DHT (None: not at all; tests and the demo leave it off)."""
     metrics_listen: str | None = None
     """HOST:PORT of a separate /metrics server. None: /metrics on the RSP server, loopback clients only."""
     identity_name: str = ""

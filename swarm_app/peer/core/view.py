@@ -49,6 +49,15 @@ class CoreView:
         return len(self._links) > 0
 
     @property
+    def links(self) -> int:
+        """Open links, inbound and outbound."""
+        return len(self._links)
+
+    def is_linked(self, peer: str) -> bool:
+        """Whether a link to `peer` (a node id) is open."""
+        return peer in self._links.by_peer
+
+    @property
     def reachable(self) -> bool | None:
         """Whether peers can dial this node from outside, as dial-back found (None: not known yet)."""
         return self._exchange.reachable

@@ -49,7 +49,7 @@ from swarm_app.peer.core.pool import PoolEntry, RolloutPool, SeenCache
 from swarm_app.peer.core.protocol import NodeCore
 from swarm_app.peer.core.scores import PeerBook
 from swarm_app.peer.core.stats import NodeStats
-from swarm_app.peer.io import client, discovery, server, upnp
+from swarm_app.peer.io import client, dht, discovery, server, upnp
 from swarm_app.peer.io.metrics import NodeMetrics
 from swarm_app.peer.io.outbound import Dialer, SendQueues
 from swarm_app.peer.io.reachability import DialBack
@@ -102,6 +102,8 @@ class PeerNode:
         self._runners: list[web.AppRunner] = []
         self._session: aiohttp.ClientSession | None = None
         self._mdns: discovery.MdnsDiscovery | None = None
+        self.dht: dht.DhtDiscovery | None = None
+        """The swarm's rendezvous on the BitTorrent DHT, while it runs (config.dht; peer/io/dht.py)."""
         self.mapping: upnp.PortMapping | None = None
         """The router's port mapping, when UPnP got one."""
         self.upnp_state = ""
@@ -183,6 +185,10 @@ class PeerNode:
             self._mdns = discovery.MdnsDiscovery(self.node_id, host, bound_port, self._found_on_lan)
             if not await self._mdns.start():
                 self._mdns = None
+        if self.config.dht is not None:
+            self.dht = dht.for_node(self)
+            if not await self.dht.start():
+                self.dht = None
         self._ready.set()
         log.info("peer node %s listening on %s", self.node_id[:12], self.address)
 
@@ -228,6 +234,8 @@ class PeerNode:
         await self.send_queues.close_all("shutdown", wait_s=1.0)
         if self._mdns is not None:
             await self._mdns.stop()
+        if self.dht is not None:
+            await self.dht.stop()
         if self.mapping is not None:
             await upnp.unmap(self.mapping)
             self.mapping = None
@@ -354,6 +362,10 @@ class PeerNode:
 
     def _found_on_lan(self, addr: str, node_id: str | None) -> None:
         self.core.add_address(addr, "mdns", node_id)
+
+    def _found_on_dht(self, addr: str) -> None:
+        """An address announced under the swarm's key: unverified (the core's unverified-dial budget)."""
+        self.core.add_address(addr, "dht")
 
     # --- actions
 

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from swarm_app.kernel.errors import UsageError
+from swarm_app.kernel.paths import user_dirs
 from swarm_app.kernel.settings import Settings
 from swarm_app.peer.core.addressbook import AddressBook
-from swarm_app.peer.core.config import DEFAULT_LISTEN, PeerConfig
+from swarm_app.peer.core.config import DEFAULT_LISTEN, DhtConfig, PeerConfig
 from swarm_app.peer.io.discovery import MdnsDiscovery, advertised_ips, read_peer_table
 from swarm_app.peer.io.local_nodes import demo_config, run_demo
 from swarm_app.peer.io.node import PeerNode
@@ -31,7 +32,8 @@ def test_peer_settings_and_flags_build_the_config(tmp_path):
     assert config.bootstrap == ("10.0.0.2:47470", "[::1]:5") and config.listen == "127.0.0.1:0"
     assert not config.mdns and not config.share and config.metrics_listen == "127.0.0.1:9464"
     default = peer_config(Settings())
-    assert default == PeerConfig(upnp=True) and default.listen == DEFAULT_LISTEN and default.mdns and default.share
+    dht = DhtConfig(state_path=user_dirs().data / "dht-nodes.json")  # on, public routers, the table saved
+    assert default == PeerConfig(upnp=True, dht=dht) and default.listen == DEFAULT_LISTEN and default.mdns and default.share
     assert default.swarm == "easy" and default.bootstrap == ()  # the preset's public swarm; none ships yet
     bad = Settings()
     bad.peer.peers = ["no-port"]

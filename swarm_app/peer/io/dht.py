@@ -1,0 +1,282 @@
+"""Finding a swarm by its name on the BitTorrent Mainline DHT (libtorrent; the `[dht]` extra).
+
+A swarm's rendezvous key is `info_hash(name)`: sha1 of "swarm-app/rsp<version>/<name>". The node runs a
+DHT-only libtorrent session (no torrents, no BitTorrent transfers), looks the key up on start and then
+every few minutes (jittered; every `hungry_s` while it holds fewer than `hungry_below` links, backing off
+while lookups bring nothing new), and announces its peer port under the key while it may be reachable:
+dial-back said so or the router maps its port; while no verdict is in yet it announces too (BitTorrent
+clients announce unchecked: the first members of a swarm found only here could otherwise never meet), and
+a "not reachable" verdict stops it. Announces are repeated (the first may be lost while the routing table
+fills). Every address a lookup returns goes to `on_found`, which hands it to the core as an unverified
+address of source "dht": a dial to it costs the core's unverified-dial budget, and only a hello proves
+anything. What it finds is public: anyone who knows a swarm's name can list its announcing members.
+
+libtorrent meets asyncio through `set_alert_fd` on one end of a non-blocking socketpair, read with
+`loop.add_reader`, then `pop_alerts()`: nothing blocks the loop, and `set_alert_notify` (which can
+deadlock on the GIL) is never used. `dht_get_peers_reply_alert` needs `dht_operation` in the alert mask,
+and no alert says a lookup is done: replies are merged as they come. The routing table (the DHT state's
+node list) is saved as JSON between runs and restored with `add_dht_node`; routers only answer first
+queries (they never enter routing tables). This module makes no protocol decision.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import importlib.util
+import json
+import logging
+import random
+import socket
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any, Callable
+
+from swarm_app.kernel.files import write_text_atomic
+from swarm_app.peer import PROTOCOL_VERSION
+from swarm_app.peer.core.addressbook import format_address, parse_address
+from swarm_app.peer.core.config import DhtConfig
+
+log = logging.getLogger(__name__)
+
+INSTALL = 'pip install "swarm-app[dht]"'
+STATE_NAME = "dht-nodes.json"
+SAVED_NODES = 200
+SEEN_KEPT = 4096
+"""Addresses remembered as already handed on (a lookup repeats them): bounded."""
+SEEN_AGAIN_S = 1800.0
+"""An address handed on is handed on again only after this (the core forgets dead ones after a few tries)."""
+
+
+def info_hash(swarm: str) -> bytes:
+    """The swarm's rendezvous key on the DHT (20 bytes)."""
+    return hashlib.sha1(f"swarm-app/rsp{PROTOCOL_VERSION}/{swarm}".encode()).digest()
+
+
+def installed() -> bool:
+    return importlib.util.find_spec("libtorrent") is not None
+
+
+def status_line(enabled: bool, swarm: str) -> str:
+    """What the doctor and the start-up log say of the DHT."""
+    if not enabled:
+        return "DHT: off (--no-dht, [peer] dht = false, or --offline)"
+    if not installed():
+        return f"DHT: off (libtorrent not installed: {INSTALL})"
+    return (f"DHT: on (looks swarm '{swarm}' up on the BitTorrent Mainline DHT and announces this node's port; "
+            "anyone who knows the swarm's name can list its members' addresses)")
+
+
+def read_nodes(path: Path | None) -> list[str]:
+    """Saved DHT nodes (HOST:PORT); [] when there is no usable file."""
+    if path is None:
+        return []
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return []
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        log.warning("DHT node file %s unreadable (%s); starting from the routers", path, exc.__class__.__name__)
+        return []
+    nodes = data.get("nodes") if isinstance(data, dict) else None
+    return [n for n in nodes if isinstance(n, str)][:SAVED_NODES] if isinstance(nodes, list) else []
+
+
+def state_nodes(state: Any) -> list[str]:
+    """HOST:PORT of the nodes in a bdecoded libtorrent DHT state (compact 6-byte IPv4, 18-byte IPv6)."""
+    inner = state.get(b"dht state", {}) if isinstance(state, dict) else {}
+    found = []
+    for key, size, family in ((b"nodes", 6, socket.AF_INET), (b"nodes6", 18, socket.AF_INET6)):
+        for raw in inner.get(key, []) if isinstance(inner, dict) else []:
+            if isinstance(raw, bytes) and len(raw) == size:
+                ip = socket.inet_ntop(family, raw[:-2])
+                found.append(format_address(ip, int.from_bytes(raw[-2:], "big")))
+    return found
+
+
+class DhtDiscovery:
+    """Announce `port()` under the swarm's key while `may_announce()`, look it up, report on_found("HOST:PORT")."""
+
+    def __init__(self, config: DhtConfig, swarm: str, host: str, port: Callable[[], int | None],
+                 may_announce: Callable[[], bool], links: Callable[[], int], on_found: Callable[[str], None],
+                 rng: random.Random | None = None) -> None:
+        self.config, self.swarm, self.host = config, swarm, host
+        self.port, self.may_announce, self.links, self.on_found = port, may_announce, links, on_found
+        self.rng = rng or random.Random()
+        self.key = info_hash(swarm)
+        self.found: OrderedDict[str, float] = OrderedDict()
+        """Addresses handed on, with when (bounded by SEEN_KEPT)."""
+        self.lookups = self.announces = self.replies = 0
+        self._session: Any = None
+        self._pair: tuple[socket.socket, socket.socket] | None = None
+        self._task: asyncio.Task | None = None
+        self._bootstrapped = asyncio.Event()
+        self._new = 0
+
+    @property
+    def listen_port(self) -> int | None:
+        """The DHT's UDP port (None until started)."""
+        return self._session.listen_port() if self._session is not None else None
+
+    async def start(self) -> bool:
+        """Open the session and start the schedule; False (logged) when libtorrent is missing or unusable."""
+        if not installed():
+            log.warning("DHT: off (libtorrent not installed: %s); peers come from mDNS, bootstrap and the table", INSTALL)
+            return False
+        import libtorrent as lt  # deferred: ~10 MB, only for a node that uses the DHT
+
+        self._lt = lt
+        try:
+            self._session = lt.session(self._settings(lt))
+        except RuntimeError as exc:
+            log.warning("DHT: off (libtorrent could not start: %s)", exc)
+            return False
+        a, b = socket.socketpair()
+        a.setblocking(False)
+        b.setblocking(False)
+        self._pair = (a, b)
+        self._session.set_alert_fd(b.fileno())
+        asyncio.get_running_loop().add_reader(a.fileno(), self._on_alerts)
+        for node in [*self.config.nodes, *read_nodes(self.config.state_path)]:
+            self._add_node(node)
+        self._task = asyncio.create_task(self._schedule(), name="dht-schedule")
+        log.info("DHT: on, swarm '%s' key %s (routers: %s)", self.swarm, self.key.hex()[:12],
+                 ", ".join(self.config.routers) or "none")
+        return True
+
+    def _settings(self, lt: Any) -> dict:
+        listen = self.config.listen or format_address(self.host, 0)
+        mask = lt.alert_category.dht | lt.alert_category.dht_operation | lt.alert_category.error
+        return {"listen_interfaces": listen, "enable_dht": True, "enable_lsd": False, "enable_upnp": False,
+                "enable_natpmp": False, "enable_incoming_tcp": False, "enable_outgoing_tcp": False,
+                "enable_incoming_utp": False, "enable_outgoing_utp": False,
+                "dht_bootstrap_nodes": ",".join(self.config.routers), "alert_mask": int(mask)}
+
+    def _add_node(self, node: str) -> None:
+        try:
+            host, port = parse_address(node)
+        except ValueError:
+            log.warning("DHT node %r is not HOST:PORT; skipped", node)
+            return
+        self._session.add_dht_node((host, port))
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        if self._session is None:
+            return
+        self._save_nodes()
+        if self._pair is not None:
+            asyncio.get_running_loop().remove_reader(self._pair[0].fileno())
+        holder = [self._session]
+        self._session = None
+        await asyncio.to_thread(holder.clear)  # the last reference: its destructor joins libtorrent's threads
+        for sock in self._pair or ():
+            sock.close()
+
+    def _save_nodes(self) -> None:
+        path = self.config.state_path
+        if path is None:
+            return
+        lt = self._lt
+        flags = lt.save_state_flags_t.save_dht_state
+        state = lt.bdecode(lt.write_session_params_buf(self._session.session_state(flags=flags), flags))
+        nodes = state_nodes(state)
+        if not nodes:
+            return
+        try:
+            write_text_atomic(path, json.dumps({"version": 1, "nodes": nodes[:SAVED_NODES]}))
+        except OSError as exc:
+            log.warning("could not save the DHT nodes to %s: %s", path, exc)
+
+    # --- alerts (event loop)
+
+    def _on_alerts(self) -> None:
+        assert self._pair is not None
+        try:
+            while self._pair[0].recv(4096):
+                pass
+        except (BlockingIOError, InterruptedError):
+            pass
+        if self._session is None:
+            return
+        for alert in self._session.pop_alerts():
+            self._on_alert(alert)
+
+    def _on_alert(self, alert: Any) -> None:
+        lt = self._lt
+        if isinstance(alert, lt.dht_get_peers_reply_alert):
+            if bytes(alert.info_hash.to_bytes()) == self.key:
+                self.replies += 1
+                self._merge(alert.peers())
+        elif isinstance(alert, lt.dht_bootstrap_alert):
+            self._bootstrapped.set()
+        elif isinstance(alert, lt.listen_failed_alert):
+            log.warning("DHT: %s", alert.message())
+
+    def _merge(self, peers: list[tuple[str, int]]) -> None:
+        now = asyncio.get_running_loop().time()
+        for ip, port in peers:
+            if not port:
+                continue
+            addr = format_address(ip, port)
+            last = self.found.get(addr)
+            if last is not None and now - last < SEEN_AGAIN_S:
+                continue
+            self.found[addr] = now
+            self.found.move_to_end(addr)
+            while len(self.found) > SEEN_KEPT:
+                self.found.popitem(last=False)
+            self._new += 1
+            self.on_found(addr)
+
+    # --- the schedule
+
+    async def _schedule(self) -> None:
+        """Look up and announce: first once the DHT has bootstrapped (or after `first_s`), then on timers."""
+        cfg = self.config
+        try:
+            await asyncio.wait_for(self._bootstrapped.wait(), cfg.first_s)
+        except asyncio.TimeoutError:
+            pass
+        loop = asyncio.get_running_loop()
+        next_lookup = next_announce = loop.time()
+        misses = 0
+        while True:
+            now = loop.time()
+            if now >= next_announce:
+                next_announce = now + self._jitter(cfg.early_announce_s if self.announces < 3 else cfg.announce_s)
+                self._announce()
+            if now >= next_lookup:
+                misses = misses + 1 if self.lookups and not self._new else 0
+                self._new = 0
+                self._lookup()
+                hungry = self.links() < cfg.hungry_below
+                wait = min(cfg.lookup_s, cfg.hungry_s * 2 ** min(misses, 6)) if hungry else cfg.lookup_s
+                next_lookup = now + self._jitter(wait)
+            await asyncio.sleep(max(0.05, min(next_lookup, next_announce) - loop.time()))
+
+    def _jitter(self, seconds: float) -> float:
+        return seconds * self.rng.uniform(0.8, 1.2)
+
+    def _lookup(self) -> None:
+        self.lookups += 1
+        self._session.dht_get_peers(self._lt.sha1_hash(self.key))
+
+    def _announce(self) -> None:
+        port = self.port()
+        if not port or not self.may_announce():
+            return
+        self.announces += 1
+        self._session.dht_announce(self._lt.sha1_hash(self.key), port, 0)
+        log.debug("DHT: announced port %d for swarm '%s'", port, self.swarm)
+
+
+def for_node(node: Any) -> DhtDiscovery:
+    """The DHT discovery of a running `PeerNode` (peer/io/node.py), reading its state through callbacks."""
+    config = node.config
+    host = parse_address(node.address)[0]
+    return DhtDiscovery(config.dht, config.swarm, host, lambda: node.public_port,
+                        lambda: node.core.reachable is not False or node.mapping is not None,
+                        lambda: node.core.view.links, node._found_on_dht, random.Random(node.rng.random()))

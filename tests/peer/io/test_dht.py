@@ -1,0 +1,158 @@
+"""Finding a swarm by name on a private Mainline DHT on loopback (libtorrent; skipped where it is missing).
+
+Every DHT session sits on its own /24 (127.N.0.1), so libtorrent's IP restrictions keep their defaults, and
+no router is asked: the sessions are seeded with a seed session's address (`add_dht_node`). Nothing leaves
+the machine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+
+import pytest
+
+from swarm_app.peer.core.config import DhtConfig
+from swarm_app.peer.io import dht
+from swarm_app.peer.io.dht import DhtDiscovery, info_hash
+from tests.peer.helpers import make_rollouts, wait_for
+from tests.peer.io.nodes_on_loopback import linux_only, on, started
+
+pytestmark = [linux_only, pytest.mark.skipif(not dht.installed(), reason="libtorrent not installed (the [dht] extra)")]
+
+FAST = DhtConfig(routers=(), first_s=2.0, lookup_s=5.0, hungry_s=1.0, announce_s=10.0, early_announce_s=2.0)
+
+
+def session(ip: str, swarm: str, port: int | None, seed: DhtDiscovery | None, found: list, **changes) -> DhtDiscovery:
+    nodes = (f"127.{seed.host.split('.')[1]}.0.1:{seed.listen_port}",) if seed else ()
+    config = dataclasses.replace(FAST, nodes=nodes, **changes)
+    return DhtDiscovery(config, swarm, ip, lambda: port, lambda: True, lambda: 0, found.append)
+
+
+@pytest.fixture
+async def seed():
+    node = DhtDiscovery(FAST, "none", "127.40.0.1", lambda: None, lambda: False, lambda: 0, lambda addr: None)
+    assert await node.start()
+    yield node
+    await node.stop()
+
+
+def test_the_key_is_the_swarm_name_and_version():
+    assert info_hash("lab") == info_hash("lab") != info_hash("lab2")
+    assert len(info_hash("lab")) == 20
+
+
+async def test_sessions_find_each_others_ports_by_swarm_name_and_another_name_finds_none(seed):
+    found: dict[str, list[str]] = {ip: [] for ip in ("127.41.0.1", "127.42.0.1", "127.43.0.1", "127.44.0.1")}
+    members = [session(ip, "lab", 41000 + i, seed, found[ip]) for i, ip in enumerate(list(found)[:3])]
+    stranger = session("127.44.0.1", "other-lab", None, seed, found["127.44.0.1"])
+    for s in [*members, stranger]:
+        assert await s.start()
+    try:
+        announced = {"127.41.0.1:41000", "127.42.0.1:41001", "127.43.0.1:41002"}
+        started = time.monotonic()
+        assert await wait_for(lambda: all(announced <= set(found[m.host]) for m in members), timeout_s=30), found
+        print(f"\nall 3 members found each other in {time.monotonic() - started:.1f} s")
+        assert stranger.lookups >= 2
+        assert found["127.44.0.1"] == []  # its own name's key holds nobody
+    finally:
+        for s in [*members, stranger]:
+            await s.stop()
+
+
+async def test_the_routing_table_is_saved_and_a_restart_finds_the_swarm_without_seeds(seed, tmp_path):
+    state = tmp_path / "dht-nodes.json"
+    first, later, member_found = [], [], []
+    member = session("127.45.0.1", "lab", 45000, seed, member_found)
+    node = session("127.46.0.1", "lab", None, seed, first, state_path=state)
+    assert await member.start() and await node.start()
+    try:
+        assert await wait_for(lambda: "127.45.0.1:45000" in first, timeout_s=30)
+        await node.stop()
+        saved = json.loads(state.read_text())["nodes"]
+        assert saved and all(n.startswith("127.") for n in saved)
+        restarted = session("127.46.0.1", "lab", None, None, later, state_path=state)  # no seed given
+        assert restarted.config.nodes == ()
+        assert await restarted.start()
+        try:
+            assert await wait_for(lambda: "127.45.0.1:45000" in later, timeout_s=30), later
+        finally:
+            await restarted.stop()
+    finally:
+        await member.stop()
+
+
+def nodes_with_dht(count: int, seed: DhtDiscovery | None, first: int = 50):
+    config = dataclasses.replace(FAST, nodes=(f"127.40.0.1:{seed.listen_port}",)) if seed else None
+    return [on(f"127.{first + i}.0.1", swarm="dht-lab", dht=config) for i in range(count)]
+
+
+async def test_nodes_with_no_bootstrap_find_each_other_on_the_dht_and_receive_rollouts(seed):
+    async with started(*nodes_with_dht(4, seed)) as nodes:
+        assert all(n.config.bootstrap == () and n.dht is not None for n in nodes)
+        assert await wait_for(lambda: all(n.stats().neighbours >= 3 for n in nodes), timeout_s=45), \
+            [n.stats().neighbours for n in nodes]
+        sources = {s.source for n in nodes for s in n.core.addresses.entries()}
+        assert "dht" in sources
+        admitted: dict[str, set[str]] = {n.node_id: set() for n in nodes}
+        for n in nodes:
+            n.add_listener(lambda entry, pushed, me=n.node_id: admitted[me].add(entry.author))
+        for i, n in enumerate(nodes):
+            for rollout in make_rollouts(2, seed=700 + i):
+                n.publish(rollout)
+        ids = set(admitted)
+        assert await wait_for(lambda: all(admitted[me] >= ids - {me} for me in ids), timeout_s=30), admitted
+        print(f"\nneighbours: {[n.stats().neighbours for n in nodes]}")
+
+
+async def test_with_the_dht_off_nodes_without_bootstrap_find_nobody():
+    async with started(*nodes_with_dht(3, None, first=60)) as nodes:
+        assert all(n.dht is None for n in nodes)
+        assert not await wait_for(lambda: any(n.stats().neighbours for n in nodes), timeout_s=8)
+
+
+async def test_two_hundred_fake_announcements_cost_no_more_than_the_unverified_dial_budget(seed):
+    async with started(*nodes_with_dht(3, seed, first=70)) as (victim, *honest):
+        dials: list[str] = []
+        dial = victim.dialer.dial
+
+        def counted(addr):
+            dials.append(addr)
+            return dial(addr)
+
+        victim.dialer.dial = counted
+        fakes = [f"127.100.{i}.1:{20000 + i}" for i in range(200)]  # 200 /24s, nothing listens there
+        start = time.monotonic()
+        for addr in fakes:
+            victim._found_on_dht(addr)  # what the DHT hands on from a poisoned lookup
+        in_book = sum(a in victim.core.addresses for a in fakes)
+        assert in_book == 200  # the attack landed: every fake is a dial candidate
+        honest_ids = {n.node_id for n in honest}
+        assert await wait_for(lambda: all(victim.core.view.is_linked(p) for p in honest_ids), timeout_s=40), victim.stats()
+        elapsed = time.monotonic() - start
+        await wait_for(lambda: False, timeout_s=max(0.0, 30 - elapsed))
+        elapsed = time.monotonic() - start
+        fake_dials = sum(d in set(fakes) for d in dials)
+        protocol = victim.config.protocol
+        budget = protocol.unverified_dial_burst + protocol.unverified_dial_rate * elapsed
+        print(f"\n{fake_dials} dials to 200 fake addresses in {elapsed:.0f} s (budget {budget:.1f}); "
+              f"{victim.stats().neighbours} neighbours")
+        assert 0 < fake_dials <= budget + 1
+
+
+@pytest.mark.slow
+def test_swarm_run_processes_with_no_address_meet_on_the_dht_and_not_without_it():
+    """Real `swarm run` processes (fake engine) with no --bootstrap, --peer or mDNS (benchmarks/dht_join.py):
+    about 60 s each way."""
+    import subprocess
+    import sys
+
+    def neighbours(*flags: str) -> list[int]:
+        done = subprocess.run([sys.executable, "-m", "benchmarks.dht_join", "--nodes", "3", "--marks", "45", *flags],
+                              capture_output=True, text=True, timeout=180)
+        line = next(line for line in done.stdout.splitlines() if "neighbours" in line)
+        return [int(n) for n in line.split("[")[1].split("]")[0].replace("'-'", "0").split(",")]
+
+    assert neighbours() == [2, 2, 2]
+    assert neighbours("--no-dht") == [0, 0, 0]
