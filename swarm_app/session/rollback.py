@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from swarm_app.kernel.errors import CheckpointError, UsageError
 from swarm_app.kernel.events import RolledBack, RoundMetrics
@@ -27,7 +27,27 @@ from swarm_app.session.engine import load_checkpoint_adapter
 from swarm_app.training.rollback import Best, Fall, best_of, improves, judge
 
 if TYPE_CHECKING:
-    from swarm_app.session.session import Session
+    from swarm_app.session.bus import EventBus
+    from swarm_app.training.checkpoint import Checkpoints
+    from swarm_app.training.loop import Trainer
+    from swarm_app.training.metrics_log import MetricsLog
+
+
+class Host(Protocol):
+    """What the guard uses of the session that runs it (session.py's Session), named here so that this
+    module never imports the session: the session owns the guard, not the other way round."""
+
+    checkpoints: "Checkpoints"
+    metrics: "MetricsLog"
+    trainer: "Trainer"
+    events: "EventBus"
+
+    @property
+    def backend_name(self) -> str: ...
+
+    async def on_engine(self, call: Callable, *args) -> Any: ...
+
+    def append_row(self, row: dict) -> None: ...
 
 log = logging.getLogger(__name__)
 
@@ -40,14 +60,14 @@ class RollbackGuard:
         self.needs_checkpoint = False
         """Set by after_round: the round must be checkpointed now (a new best, or a rollback happened)."""
 
-    def resume(self, session: "Session") -> None:
+    def resume(self, session: Host) -> None:
         """The best among the kept rows whose checkpoint is still on disk; `best.json` names it."""
         checkpoints = session.checkpoints
         self.best = best_of(session.metrics.rows(), self.eval_n, checkpoints.rounds())
         if self.best is not None and checkpoints.best_round() != self.best.round:
             checkpoints.mark_best(self.best.round, self.best.accuracy, self.best.n)
 
-    async def after_round(self, session: "Session", metrics: RoundMetrics) -> Best | None:
+    async def after_round(self, session: Host, metrics: RoundMetrics) -> Best | None:
         """Roll back on a fall; returns the new best when this round is one. The caller then checkpoints the
         round whenever `needs_checkpoint` says so, and after that calls `mark` with the new best."""
         self.needs_checkpoint = False
@@ -62,12 +82,12 @@ class RollbackGuard:
             self.needs_checkpoint = await self._roll_back(session, fall)
         return None
 
-    async def mark(self, session: "Session", best: Best) -> None:
+    async def mark(self, session: Host, best: Best) -> None:
         """Name the (now checkpointed) round the best."""
         await asyncio.to_thread(session.checkpoints.mark_best, best.round, best.accuracy, best.n)
         self.best = best
 
-    async def _roll_back(self, session: "Session", fall: Fall) -> bool:
+    async def _roll_back(self, session: Host, fall: Fall) -> bool:
         folder = session.checkpoints.folder_of(fall.to_round)
         backend = session.trainer.backend
         try:

@@ -38,5 +38,6 @@ def test_the_torch_engine_checks_before_loading(tmp_path):
 
     folder = big_model(tmp_path, 4096)  # 4 TiB of bf16 weights: more than any machine's RAM
     (folder / "tokenizer.json").write_text("{}")
+    (folder / "chat_template.jinja").write_text("{{ messages }}")  # a whole model folder but for its size
     with pytest.raises(BackendError, match="swarm doctor says what fits"):
         TorchBackend().load(ModelSpec(str(folder)))
