@@ -115,14 +115,16 @@ def test_an_adaptive_node_beside_a_peer_that_sends_nothing_trains_on_the_solo_co
 
         quiet_settings = networked(make_settings(stub_model, tmp_path / "quiet", 0, local=2, completions=2), 1)
         quiet_settings.peer.share = False
-        quiet = Session(quiet_settings, on_event=on_quiet)
+        quiet = Session(quiet_settings)
+        quiet.subscribe(on_quiet)
         quiet_run = asyncio.create_task(quiet.run())
         await asyncio.wait_for(joined.wait(), 60)
         address = next(e.address for e in quiet_events if isinstance(e, SwarmJoined))
         monkeypatch.setenv("SWARM_HOME", str(tmp_path / "second-home"))  # another user: another identity
         settings = networked(make_settings(stub_model, tmp_path / "node", 0, local=8, external=24, completions=2,
                                            external_policy="adaptive", signal_target=14.0), 2, [address])
-        node = Session(settings, on_event=events.append)
+        node = Session(settings)
+        node.subscribe(events.append)
         node_run = asyncio.create_task(node.run())
         for _ in range(600):
             linked = [e.metrics for e in events if isinstance(e, RoundFinished) and e.metrics.peers]
