@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 from swarm_app.kernel.errors import CheckpointError, UsageError
 from swarm_app.kernel.events import RolledBack, RoundMetrics
 from swarm_app.session.engine import load_checkpoint_adapter
+from swarm_app.session.run_folder import write_failed
 from swarm_app.training.rollback import Best, Fall, best_of, improves, judge
 
 if TYPE_CHECKING:
@@ -65,7 +66,10 @@ class RollbackGuard:
         checkpoints = session.checkpoints
         self.best = best_of(session.metrics.rows(), self.eval_n, checkpoints.rounds())
         if self.best is not None and checkpoints.best_round() != self.best.round:
-            checkpoints.mark_best(self.best.round, self.best.accuracy, self.best.n)
+            try:
+                checkpoints.mark_best(self.best.round, self.best.accuracy, self.best.n)
+            except OSError as exc:
+                raise write_failed(checkpoints.best_file, exc) from None
 
     async def after_round(self, session: Host, metrics: RoundMetrics) -> Best | None:
         """Roll back on a fall; returns the new best when this round is one. The caller then checkpoints the
@@ -84,7 +88,10 @@ class RollbackGuard:
 
     async def mark(self, session: Host, best: Best) -> None:
         """Name the (now checkpointed) round the best."""
-        await asyncio.to_thread(session.checkpoints.mark_best, best.round, best.accuracy, best.n)
+        try:
+            await asyncio.to_thread(session.checkpoints.mark_best, best.round, best.accuracy, best.n)
+        except OSError as exc:  # a full disk or a folder made read-only: one line, the run resumes later
+            raise write_failed(session.checkpoints.best_file, exc) from None
         self.best = best
 
     async def _roll_back(self, session: Host, fall: Fall) -> bool:

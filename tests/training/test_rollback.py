@@ -9,6 +9,7 @@ import random
 import pytest
 
 from backends import registry
+from swarm_app.kernel.errors import SwarmError
 from swarm_app.kernel.events import RolledBack
 from swarm_app.kernel.settings import Settings
 from swarm_app.session.session import Session
@@ -172,3 +173,15 @@ def test_the_bundled_model_at_100x_its_learning_rate_rolls_back(tmp_path):
     weights = [load_file(run_dir / "checkpoints" / f"round-00000{t}" / "adapter_model.safetensors") for t in (1, 2)]
     assert weights[0].keys() == weights[1].keys()
     assert all((weights[0][k] == weights[1][k]).all() for k in weights[0])
+
+
+def test_a_best_json_that_cannot_be_written_is_a_disk_error_that_names_the_file(stub_model, tmp_path, falling):
+    """The CI's read-only folder could hit best.json before the next checkpoint: that write, too, must end the
+    run with the one-line disk error (the command prints it and exits 1), not an unexpected traceback."""
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints" / "best.json").mkdir(parents=True)  # os.replace onto a folder fails: IsADirectoryError
+    with pytest.raises(SwarmError) as raised:
+        run(settings_for(stub_model, run_dir, 2))
+    assert raised.value.title == "Disk" and "best.json" in raised.value.message
+    assert "resumes from the last checkpoint" in raised.value.message
+    assert (run_dir / "checkpoints" / "round-000002").is_dir()  # the round itself was checkpointed first
