@@ -10,7 +10,12 @@ sequences per llama_decode, each prompt evaluated once for its L copies); every 
 empty KV cache, so nothing computed under an old adapter is reused (it would be off by ~1.4 in the
 logits). Prompts are tokenized by the HF tokenizer (the torch side's), so both sides see the same ids.
 Loss, log-probs and adapter files are torch's.
-Must not import swarm_app, and imports llama_cpp, gguf and torch only in `load`.
+
+Loaded with `trainable=False` (chat, eval) the engine has no torch half: the tokenizer, the stop ids and the
+adapter's weights are read without torch (backends/llama_cpp/prompt_text.py), greedy tokens are chosen in
+numpy, and torch is imported only for a sampled (temperature > 0) answer. That takes `swarm chat --prompt`
+from ~3.4 s to ~1.3 s to its first token on 2 cores.
+Must not import swarm_app, and imports llama_cpp, gguf and torch only in `load` and later.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from backends.base import (
     TrainStats,
 )
 from backends.llama_cpp.batch import BatchedDecoder
+from backends.llama_cpp.prompt_text import PromptText, read_adapter
 from backends.streaming import TextPieces
 from backends.torch.engine import TorchBackend
 
@@ -50,6 +56,10 @@ class LlamaCppBackend(Backend):
 
     def __init__(self) -> None:
         self._trainer = TorchBackend()
+        self._text: TorchBackend | PromptText | None = None
+        """Where prompts are encoded and answers decoded: the torch half when trainable, else PromptText."""
+        self._adapter_state = None
+        """Untrainable: the loaded adapter's (weights, alpha); None: the base model."""
         self._decoder: BatchedDecoder | None = None
         self._own_generator = None
         self.base_gguf: Path | None = None
@@ -72,7 +82,11 @@ class LlamaCppBackend(Backend):
         if not folder.is_dir():
             raise BackendError(f"model folder {folder} does not exist: check the path (resolve hub ids first)")
         config = gguf_export.read_config(folder)  # refuses what cannot convert before torch loads anything
-        self._trainer.load(spec)
+        if spec.trainable:
+            self._trainer.load(spec)
+            self._text = self._trainer
+        else:
+            self._text = PromptText(spec)
         self._config, self._spec = config, spec
         self.base_gguf = self._base_gguf(folder, spec, gguf_export.weight_type_for(config))
         self._decoder = BatchedDecoder(self.base_gguf, spec.threads)
@@ -105,38 +119,57 @@ class LlamaCppBackend(Backend):
 
     @property
     def model_id(self) -> str:
-        return self._trainer.model_id
+        if self._text is None:
+            raise BackendError("no model loaded: call load() first")
+        return self._text.model_id
+
+    def _require_trainable(self) -> TorchBackend:
+        self._require_decoder()
+        if self._text is not self._trainer:
+            raise BackendError("this model was loaded with trainable=False: load it again to train")
+        return self._trainer
 
     def generate(self, prompts: list[Messages], n: int, sampling: Sampling, progress=None,
                  on_token=None) -> list[list[Completion]]:
         """`on_token(token)` hears each chosen token of a one-row call as it is chosen (stream)."""
-        import torch
-
-        from backends.torch.decode import token_chooser
-
         decoder = self._require_decoder()
-        rows = [ids for ids in map(self._trainer.encode_prompt, prompts) for _ in range(n)]
-        # the torch engine's chooser and generator (its own, seeded per call): both engines sample alike
-        chooser = token_chooser(sampling, self._sampling_generator(sampling.seed))
+        rows = [ids for ids in map(self._text.encode_prompt, prompts) for _ in range(n)]
+        chooser = self._chooser(sampling)
 
         def choose(logits) -> list[int]:
-            chosen = chooser(torch.from_numpy(logits)).tolist()
+            chosen = chooser(logits)
             if on_token is not None:
                 on_token(chosen[0])
             return chosen
 
-        with torch.inference_mode():
-            done = decoder.generate(rows, choose, sampling.max_new_tokens, set(self._trainer.stop_ids), progress)
-        tok = self._trainer.tokenizer
+        done = decoder.generate(rows, choose, sampling.max_new_tokens, set(self._text.stop_ids), progress)
+        tok = self._text.tokenizer
         completions = [Completion(tok.decode(new, skip_special_tokens=True), len(new) + stopped) for new, stopped in done]
         return [completions[i * n : (i + 1) * n] for i in range(len(prompts))]
 
     def stream(self, messages: Messages, sampling: Sampling, on_text: OnText) -> Completion:
         """One completion, its text handed on as llama.cpp decodes each token (see backends/streaming.py)."""
-        pieces = TextPieces(self._trainer.tokenizer, self._trainer.stop_ids, on_text)
+        pieces = TextPieces(self._text.tokenizer, self._text.stop_ids, on_text)
         completion = self.generate([messages], 1, sampling, on_token=pieces.add)[0][0]
         pieces.finish(completion.text)
         return completion
+
+    def _chooser(self, sampling: Sampling):
+        """llama.cpp's logits (rows x vocab, numpy) -> one token per row. Greedy: numpy's argmax, which picks
+        the first of equal maxima as torch.argmax does (no torch import for an engine that only generates).
+        Sampled: the torch engine's chooser and generator (its own, seeded per call): both engines sample alike."""
+        if sampling.temperature <= 0:
+            return lambda logits: logits.argmax(axis=-1).tolist()
+        import torch
+
+        from backends.torch.decode import token_chooser
+
+        chooser = token_chooser(sampling, self._sampling_generator(sampling.seed))
+
+        def choose(logits) -> list[int]:
+            with torch.inference_mode():
+                return chooser(torch.from_numpy(logits)).tolist()
+        return choose
 
     def _sampling_generator(self, seed: int | None):
         """The engine's own torch generator on the CPU (llama.cpp's logits come back as CPU arrays): seeded per
@@ -151,35 +184,47 @@ class LlamaCppBackend(Backend):
         return sampling_generator(seed, "cpu", self._own_generator)
 
     def train_step(self, batch: list[TrainSample], progress=None) -> TrainStats:
-        self._require_decoder()
-        stats = self._trainer.train_step(batch) if progress is None else self._trainer.train_step(batch, progress)
+        trainer = self._require_trainable()
+        stats = trainer.train_step(batch) if progress is None else trainer.train_step(batch, progress)
         self._swap_adapter()
         return stats
 
     def token_logprobs(self, batch: list[TrainSample]) -> list[list[float]]:
-        return self._trainer.token_logprobs(batch)
+        return self._require_trainable().token_logprobs(batch)
 
     def save_adapter(self, folder: Path) -> None:
-        self._trainer.save_adapter(folder)
+        self._require_trainable().save_adapter(folder)
 
     def load_adapter(self, folder: Path) -> None:
         self._require_decoder()
-        self._trainer.load_adapter(folder)
+        if self._text is self._trainer:
+            self._trainer.load_adapter(folder)
+        else:
+            self._adapter_state = read_adapter(folder)
         self._swap_adapter()
 
     def export_adapter_gguf(self, out: Path) -> Path:
-        """The current adapter as a GGUF LoRA adapter at `out` (what `swarm export --gguf` writes)."""
-        from peft.utils import get_peft_model_state_dict
-
+        """The current adapter as a GGUF LoRA adapter at `out`."""
         from backends import gguf_export
 
-        state = {k: v.detach().float().cpu().numpy() for k, v in get_peft_model_state_dict(self._trainer.model).items()}
-        return gguf_export.export_lora(state, self._config, self._spec.lora.alpha, out)
+        if self._text is self._trainer:
+            from peft.utils import get_peft_model_state_dict
+
+            model = self._trainer.model
+            state = {k: v.detach().float().cpu().numpy() for k, v in get_peft_model_state_dict(model).items()}
+            return gguf_export.export_lora(state, self._config, self._spec.lora.alpha, out)
+        if self._adapter_state is None:
+            raise BackendError("no adapter loaded: an engine loaded with trainable=False has only the base model")
+        state, alpha = self._adapter_state
+        return gguf_export.export_lora(state, self._config, alpha, out)
 
     def _swap_adapter(self) -> None:
-        """Export the torch adapter and hand it to the decoder in place of the previous one."""
+        """Export the adapter and hand it to the decoder in place of the previous one. An untrainable engine
+        before any load_adapter runs the base model alone (a fresh adapter's B matrices are zero: the same)."""
         import llama_cpp
 
+        if self._text is not self._trainer and self._adapter_state is None:
+            return
         path = self.export_adapter_gguf(Path(self._swap_dir.name) / f"adapter-{os.getpid()}.gguf")
         adapter = llama_cpp.llama_adapter_lora_init(self._decoder.model, str(path).encode())
         if not adapter:
@@ -197,7 +242,8 @@ class LlamaCppBackend(Backend):
 
     def set_threads(self, threads: int) -> bool:
         """llama.cpp's decode threads and the torch update's."""
-        self._trainer.set_threads(threads)
+        if self._text is self._trainer:
+            self._trainer.set_threads(threads)
         if self._decoder is not None:
             self._decoder.set_threads(threads)
         return True
@@ -215,3 +261,4 @@ class LlamaCppBackend(Backend):
             self._swap_dir.cleanup()
             self._swap_dir = None
         self._trainer.close()
+        self._text = self._adapter_state = None

@@ -195,3 +195,38 @@ def test_the_pre_tokenizer_is_named_for_llama_cpp():
     assert gguf_export._pre_tokenizer_name(qwen) == "qwen2"
     assert gguf_export._pre_tokenizer_name(llama3) == "llama-bpe"
     assert gguf_export._pre_tokenizer_name({"type": "ByteLevel", "use_regex": True}) == "gpt-2"
+
+
+def test_an_engine_that_only_generates_answers_as_the_trainable_one_with_the_same_adapter(prompts, tmp_path):
+    """trainable=False (chat, eval) reads the tokenizer and the adapter without torch: the same answers, greedy
+    and sampled, before and after the adapter, as the trainable engine; training is refused with the reason."""
+    optim = OptimConfig(learning_rate=1e-2)
+    trainable = load_engine("llama_cpp", optim=optim, cache_dir=str(tmp_path))
+    generator = load_engine("llama_cpp", trainable=False, cache_dir=str(tmp_path))
+    sampled = Sampling(max_new_tokens=24, temperature=1.0, seed=3)
+    assert generator.generate(prompts, 1, GREEDY) == trainable.generate(prompts, 1, GREEDY)
+    before = generator.generate(prompts, 1, GREEDY)
+    for _ in range(3):
+        trainable.train_step(BATCH)
+    trainable.save_adapter(tmp_path / "adapter")
+    generator.load_adapter(tmp_path / "adapter")
+    after = generator.generate(prompts, 1, GREEDY)
+    assert after != before  # the adapter landed
+    assert after == trainable.generate(prompts, 1, GREEDY)
+    assert generator.generate(prompts, 2, sampled) == trainable.generate(prompts, 2, sampled)
+    with pytest.raises(BackendError, match="trainable=False"):
+        generator.train_step(BATCH)
+
+
+def test_an_engine_that_only_generates_imports_no_torch(tmp_path):
+    import subprocess
+    import sys
+
+    code = ("import sys; from backends import registry; from backends.base import ModelSpec, Sampling; "
+            f"e = registry.create('llama_cpp'); e.load(ModelSpec(path={str(BUNDLED)!r}, trainable=False, "
+            f"cache_dir={str(tmp_path)!r})); "
+            "e.generate([[{'role': 'user', 'content': 'What is 2 + 5?'}]], 1, Sampling(max_new_tokens=4, temperature=0)); "
+            "print(sorted(m for m in ('torch', 'peft') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
