@@ -75,3 +75,22 @@ def test_the_config_claim_names_the_commands_without_config():
     assert claim, "the README says which commands take --config"
     without = set(re.findall(r"`(\w+)`", claim.group(1)))
     assert without == {c for c, arguments in real_flags().items() if not any("--config" in a for a in arguments)}
+
+
+CITED_RESULT = re.compile(r"(?:benchmarks/)?results/[A-Za-z0-9_./-]+\.(?:json|png|md|log|txt|jsonl)")
+
+
+def test_every_result_file_the_docs_cite_exists():
+    """benchmarks/results holds the files the docs cite (history stays in git): a figure's file that was
+    pruned, renamed or never written fails here. Names with placeholders (NAME, FILE) are commands' outputs."""
+    root = README.parent
+    docs = [README, root / "benchmarks" / "README.md", *sorted((root / "docs").glob("*.md"))]
+    missing = []
+    for doc in docs:
+        for cited in CITED_RESULT.findall(doc.read_text()):
+            if "NAME" in cited or "FILE" in cited:
+                continue
+            path = root / (cited if cited.startswith("benchmarks/") else f"benchmarks/{cited}")
+            if not path.exists():
+                missing.append(f"{doc.relative_to(root)}: {cited}")
+    assert not missing, missing
