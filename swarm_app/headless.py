@@ -107,9 +107,11 @@ def format_joined(e: SwarmJoined) -> str:
     """The start line of a networked node: which swarm, where it listens, where it looks for peers, and
     that whether it is reachable from outside is being checked."""
     name = f"swarm {e.swarm!r}" if e.swarm else "swarm"
-    where = (f"dialing {e.bootstrap} bootstrap address{'es' if e.bootstrap > 1 else ''}" if e.bootstrap else
-             "no bootstrap address (none ships yet: give one with --bootstrap HOST:PORT); looking on the LAN and "
-             "in the saved peer table")
+    others = "the DHT by the swarm's name, the LAN and the saved peer table" if e.dht else \
+        "the LAN and the saved peer table"
+    where = (f"dialing {e.bootstrap} bootstrap address{'es' if e.bootstrap > 1 else ''}; looking on {others}"
+             if e.bootstrap else f"no bootstrap address (none ships: give one with --bootstrap HOST:PORT); looking on "
+             f"{others}")
     line = f"{name}: node {e.node_id} listening on {e.address}; {where}; 0 peers so far (training goes on meanwhile)"
     return line + (f"\nreachable from outside: checking (asking peers to dial port {e.port} back)" if e.port else "")
 

@@ -26,8 +26,10 @@ def test_the_start_line_names_the_swarm_and_says_reachability_is_being_checked()
 
 def test_without_a_bootstrap_address_it_says_none_ships_and_where_it_looks():
     (line, _) = lines(SwarmJoined("ab" * 16, "0.0.0.0:47470", "my-lab", 0, 47470))
-    assert "no bootstrap address (none ships yet: give one with --bootstrap HOST:PORT)" in line
-    assert "LAN" in line and "peer table" in line
+    assert "no bootstrap address (none ships: give one with --bootstrap HOST:PORT)" in line
+    assert "LAN" in line and "peer table" in line and "DHT" not in line
+    (line, _) = lines(SwarmJoined("ab" * 16, "0.0.0.0:47470", "my-lab", 0, 47470, dht=True))
+    assert "looking on the DHT by the swarm's name, the LAN and the saved peer table" in line
 
 
 def test_unreachable_says_it_still_works_and_what_to_forward():

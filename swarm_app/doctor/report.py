@@ -373,7 +373,8 @@ def format_text(report: dict) -> str:
     listen = report["listen"]
     lines.append(f"listen {listen['address']}: " + ("free" if listen["free"] else f"not free ({listen['reason']})"))
     swarm = report["swarm"]
-    bootstrap = ", ".join(swarm["bootstrap"]) or "none (none ships yet: give one with --bootstrap HOST:PORT)"
+    bootstrap = ", ".join(swarm["bootstrap"]) or "none (none ships: the DHT finds the swarm by name where it is on; " \
+        "else give one with --bootstrap HOST:PORT)"
     lines.append(f"swarm: {swarm['name']}; bootstrap ({swarm['bootstrap_from']}): {bootstrap}")
     lines.append("peers come from: " + "; ".join(swarm["discovery"]))
     reach = report["reachability"]

@@ -170,6 +170,8 @@ class SwarmJoined(Event):
     """Addresses it dials first (bootstrap and --peer); more come from mDNS, the peer table, peer exchange."""
     port: int = 0
     """The port peers would dial: the one to forward on a home router (0: reachability is not checked)."""
+    dht: bool = False
+    """Whether the node looks its swarm up by name on the Mainline DHT (on, and libtorrent installed)."""
 
 
 @dataclass(frozen=True)

@@ -72,8 +72,10 @@ class Peering:
             await self.node.start()  # the address was probed in open(); only a race with another program fails here
         node = self.node
         checked = 0 if node.config.local_only else node.public_port
+        from swarm_app.peer.io.dht import installed  # the node is built: aiohttp and the peer layer are loaded
+
         self.events.publish(SwarmJoined(node.node_id, node.address or "", node.config.swarm, len(node.config.bootstrap),
-                                        checked or 0))
+                                        checked or 0, node.config.dht is not None and installed()))
 
     async def watch(self, interval_s: float = 1.0) -> None:
         """Peer events for the views, from the node's snapshot once a second."""

@@ -261,7 +261,7 @@ def test_doctor_without_a_bootstrap_says_none_ships_and_a_bad_swarm_name_is_exit
     monkeypatch.setenv("SWARM_PEER_ENABLED", "true")
     assert main(["doctor", "--listen", "127.0.0.1:0"]) == 0
     out = capsys.readouterr().out
-    assert "swarm: easy; bootstrap (shipped with the app): none (none ships yet: give one with --bootstrap" in out
+    assert "swarm: easy; bootstrap (shipped with the app): none (none ships: the DHT finds the swarm by name" in out
     assert "reachable from outside: not checked: no peer of this swarm answered" in out
     assert main(["doctor", "--swarm", "Bad Name"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -34,7 +34,7 @@ def test_peer_settings_and_flags_build_the_config(tmp_path):
     default = peer_config(Settings())
     dht = DhtConfig(state_path=user_dirs().data / "dht-nodes.json")  # on, public routers, the table saved
     assert default == PeerConfig(upnp=True, dht=dht) and default.listen == DEFAULT_LISTEN and default.mdns and default.share
-    assert default.swarm == "easy" and default.bootstrap == ()  # the preset's public swarm; none ships yet
+    assert default.swarm == "easy" and default.bootstrap == ()  # the preset's public swarm; no bootstrap ships
     bad = Settings()
     bad.peer.peers = ["no-port"]
     with pytest.raises(UsageError, match="HOST:PORT"):
