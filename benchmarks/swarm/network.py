@@ -90,8 +90,9 @@ def seeded_identity(label: str) -> Identity:
 
 
 def node_ip(index: int) -> str:
-    """One /24 per node, as on the internet: 10.<i // 250>.<i % 250>.1 (then 11.x.y.1, ...)."""
-    return f"{10 + index // 62_500}.{index // 250 % 250}.{index % 250}.1"
+    """One /24 per node, as on the internet: 20.<i // 250>.<i % 250>.1 (then 21.x.y.1, ...). Public addresses:
+    a private network's (10/8, 192.168/16, ...) may be treated as one LAN by the peer core's rules."""
+    return f"{20 + index // 62_500}.{index // 250 % 250}.{index % 250}.1"
 
 
 class Network:
