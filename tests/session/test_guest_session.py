@@ -39,8 +39,21 @@ class ThreadedFake(FakeBackend):
         return super()._complete(prompt, index, sampling)
 
 
+class BothCpusFree:
+    """The CPUs other programs left free, as guest.FreeCpus reads them: both, always. The probe is gated on
+    free CPUs (resources/threads.py), so on a machine busy with other jobs (a loaded CI runner, the full
+    suite beside other work) the real reading would skip the probe this test is about."""
+
+    def __init__(self, cpus: int) -> None:
+        self.cpus = cpus
+
+    def read(self) -> float:
+        return 2.0
+
+
 def test_each_round_runs_on_the_tuners_count_and_a_slower_probe_is_dropped(stub_model, tmp_path, monkeypatch):
     monkeypatch.setitem(registry.ENGINES, "fake", "tests.session.test_guest_session:ThreadedFake")
+    monkeypatch.setattr("swarm_app.resources.policy.FreeCpus", BothCpusFree)
     monkeypatch.setattr(ThreadedFake, "calls", [])
     settings = make_settings(stub_model, tmp_path / "run", 8)
     settings.resources.level, settings.resources.cpu_share = "full", 100
@@ -58,3 +71,26 @@ def test_each_round_runs_on_the_tuners_count_and_a_slower_probe_is_dropped(stub_
     # (after the first call, which the policy makes when the engine is attached; the session may set it once more
     # after the last round)
     assert threads[-3:] == [1, 1, 1], threads  # 2 threads were slower: the tuner went back to 1
+
+
+class NoCpuFree(BothCpusFree):
+    def read(self) -> float:
+        return 0.0
+
+
+def test_no_probe_runs_while_other_programs_keep_the_cpus_busy(stub_model, tmp_path, monkeypatch):
+    """The same session with the other CPU read busy: the tuner never tries 2 threads (issue 38: the probe round
+    behind a busy core cost a short run a quarter of its time)."""
+    monkeypatch.setitem(registry.ENGINES, "fake", "tests.session.test_guest_session:ThreadedFake")
+    monkeypatch.setattr("swarm_app.resources.policy.FreeCpus", NoCpuFree)
+    monkeypatch.setattr(ThreadedFake, "calls", [])
+    settings = make_settings(stub_model, tmp_path / "run", 8)
+    settings.resources.level, settings.resources.cpu_share = "full", 100
+    settings.resources.pause_when_busy, settings.resources.pause_on_battery = False, False
+    settings.model.threads, settings.resources.threads = 0, 2
+    session = Session(settings)
+    session.hardware = TWO_CORES
+    asyncio.run(session.run())
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 8 and {row["threads"] for row in rows} == {1}
+    assert 2 not in ThreadedFake.calls[1:]  # (the first call is the level's cap, set when the engine attaches)
