@@ -40,7 +40,7 @@ from swarm_app.kernel.files import check_writable_folder
 from swarm_app.kernel.paths import user_dirs
 from swarm_app.kernel.rollouts import RolloutExchange
 from swarm_app.kernel.runlock import RunLock
-from swarm_app.kernel.settings import Settings
+from swarm_app.kernel.settings import Settings, describe
 from swarm_app.record.ledger import Ledger
 from swarm_app.resources.guest import LEVELS, lower_priority
 from swarm_app.resources.pausing import Pausing
@@ -480,7 +480,8 @@ class Session:
         if self.settings.train.external == 0:
             return
         found = await asyncio.to_thread(find_solo_curve, user_dirs().data, self.model.model_id, self.model.folder,
-                                        self.settings.tasks.preset, self.run_dir)
+                                        self.settings.tasks.preset, self.run_dir, describe(self.settings),
+                                        self.settings.train.eval_n)
         if found is not None:
             self.events.publish(found)
 
