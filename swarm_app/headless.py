@@ -97,10 +97,19 @@ def _short_line(event: Event) -> str:
     if isinstance(event, RolledBack):
         return event.text
     if isinstance(event, SoloCurveFound):
-        return f"held-out compared with: {event.source} ({event.accuracy[-1]:.3f} at round {event.rounds[-1]})"
+        return format_solo(event)
     # Not printed: scheduled evaluations (the round line carries held-out accuracy and eval time) and
     # peers coming and going (rotation every minute); the JSON format has them.
     return ""
+
+
+def format_solo(e: SoloCurveFound) -> str:
+    """The solo curve the dashboard compares held-out accuracy with at equal engine CPU (kernel/benefit.py)."""
+    end = f"{e.accuracy[-1]:.3f} at round {e.rounds[-1]}"
+    if not e.cpu_s:
+        return f"solo curve: {e.source} ({end}); it has no engine CPU figures, so nothing is compared"
+    return (f"held-out compared at equal engine CPU with: {e.source} ({end}, {e.cpu_s[-1]:,.0f} engine CPU s, "
+            f"{e.n} items)")
 
 
 def format_joined(e: SwarmJoined) -> str:

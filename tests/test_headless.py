@@ -50,6 +50,10 @@ def test_reachable_is_one_line_and_the_per_second_snapshots_are_not_printed():
     assert lines(PeersUpdated((), True, 0, 0, 0, 0, 0, "easy", True, 47470, 3, 3)) == []
 
 
-def test_a_solo_run_to_compare_with_is_one_line():
-    (line,) = lines(SoloCurveFound("solo run /runs/alone", (0, 5, 10), (0.25, 0.3, 0.375)))
-    assert line == "held-out compared with: solo run /runs/alone (0.375 at round 10)"
+def test_a_solo_run_to_compare_with_is_one_line_with_its_cpu_axis():
+    (line,) = lines(SoloCurveFound("solo run /runs/alone", (0, 5, 10), (0.25, 0.3, 0.375), (0.0, 9.5, 1234.5), 64))
+    assert line == ("held-out compared at equal engine CPU with: solo run /runs/alone (0.375 at round 10, "
+                    "1,234 engine CPU s, 64 items)")
+    (line,) = lines(SoloCurveFound("solo run /runs/old", (0, 5, 10), (0.25, 0.3, 0.375)))
+    assert line == ("solo curve: solo run /runs/old (0.375 at round 10); it has no engine CPU figures, "
+                    "so nothing is compared")

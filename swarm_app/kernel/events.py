@@ -99,6 +99,13 @@ class RoundMetrics:
     """Valid peers' groups re-scored this round (those without a spread are dropped); None when J = 0."""
     reward_local_on_external_tasks: float | None = None
     """This node's own mean reward this round on the datasets of the peers' groups it used."""
+    train_cpu_s: float | None = None
+    """CPU seconds of the engine thread on this round, its evaluation left out (time.thread_time read on that
+    thread, training/loop.py CpuLedger; at more than one engine thread their helpers are not counted): the
+    measure `swarm experiment` compares configs at. None: a node of an earlier version."""
+    train_cpu_total_s: float | None = None
+    """`train_cpu_s` summed over the run's rounds so far, restarts included (the session adds it); None when
+    a round of the run lacks the figure. The benefit meter's axis (kernel/benefit.py)."""
 
     @property
     def external_signal_share(self) -> float | None:
@@ -158,6 +165,19 @@ class SoloCurveFound(Event):
     rounds: tuple[int, ...]
     accuracy: tuple[float, ...]
     """Held-out accuracy at each of `rounds` (round 0: the untouched model, where known)."""
+    cpu_s: tuple[float, ...] = ()
+    """Engine-thread CPU seconds a solo node had spent by each of `rounds`, evaluations left out (the measure
+    of `RoundMetrics.train_cpu_total_s`); empty: not known, and there is no comparison at equal CPU."""
+    n: int = 0
+    """Held-out items scored at each point (0: not known)."""
+    spread: tuple[float, ...] = ()
+    """Standard deviation of the accuracy over `seeds` seeds at each point, for a mean of seeds; else empty."""
+    seeds: int = 1
+    engine: str = ""
+    """The engine that measured `cpu_s` ("llama_cpp"; "": not known)."""
+    threads: int = 0
+    """Engine threads per node it ran at (0: not known). CPU time is the engine thread's, so only a node at
+    the same thread count is compared at equal CPU."""
 
 
 @dataclass(frozen=True)

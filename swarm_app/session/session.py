@@ -40,7 +40,7 @@ from swarm_app.kernel.files import check_writable_folder
 from swarm_app.kernel.paths import user_dirs
 from swarm_app.kernel.rollouts import RolloutExchange
 from swarm_app.kernel.runlock import RunLock
-from swarm_app.kernel.settings import Settings
+from swarm_app.kernel.settings import Settings, describe
 from swarm_app.record.ledger import Ledger
 from swarm_app.resources.guest import LEVELS, lower_priority
 from swarm_app.resources.pausing import Pausing
@@ -61,7 +61,7 @@ from swarm_app.session.solo import find_solo_curve
 from swarm_app.training.checkpoint import Checkpoints, CheckpointState
 from swarm_app.training.evaluation import EvalResult
 from swarm_app.training.loop import RoundAbandoned, RoundPlan, Trainer
-from swarm_app.training.metrics_log import MetricsLog, evaluation_row
+from swarm_app.training.metrics_log import MetricsLog, add_cpu, evaluation_row, train_cpu_total
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +132,8 @@ class Session:
         self.last_row: dict = {}
         self.next_round = 1
         self.metrics_rows = 0
+        self.cpu_spent: float | None = 0.0
+        """Engine CPU seconds of the run's rounds so far, evaluations left out (None: a row lacks the figure)."""
         self.last_checkpoint = ""
         self.pausing = Pausing(self._poke)
         """The user's pause and the pause rules' hold (resources/pausing.py)."""
@@ -234,6 +236,7 @@ class Session:
         else:
             self.metrics.keep_rounds(0)  # rows of rounds that never reached a checkpoint
         self.ledger = Ledger.of_rows(self.metrics.all_rows())
+        self.cpu_spent = train_cpu_total(self.metrics.rows())
         write_run_file(self.run_dir, model_dir, self.settings, self.seed, self.backend_name)
         if self.exchange is None and self.peer_config is not None:
             self.exchange = self.peering.build(lambda: self.last_row)
@@ -382,7 +385,9 @@ class Session:
                     metrics = await self.on_engine(self._run_round_as_guest, t)
                 except RoundAbandoned:
                     break
-                metrics = dataclasses.replace(metrics, rss_bytes=_process_memory(), **self.peering.figures())
+                self.cpu_spent = add_cpu(self.cpu_spent, metrics.train_cpu_s)
+                metrics = dataclasses.replace(metrics, rss_bytes=_process_memory(), train_cpu_total_s=self.cpu_spent,
+                                              **self.peering.figures())
                 await asyncio.to_thread(self._record, metrics.to_row())
                 last_done, self.next_round = t, t + 1
                 self.events.publish(RoundFinished(metrics))
@@ -475,7 +480,8 @@ class Session:
         if self.settings.train.external == 0:
             return
         found = await asyncio.to_thread(find_solo_curve, user_dirs().data, self.model.model_id, self.model.folder,
-                                        self.settings.tasks.preset, self.run_dir)
+                                        self.settings.tasks.preset, self.run_dir, describe(self.settings),
+                                        self.settings.train.eval_n)
         if found is not None:
             self.events.publish(found)
 

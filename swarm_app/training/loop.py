@@ -125,9 +125,12 @@ class Trainer:
     def run_round(self, t: int) -> RoundMetrics:
         """One round. Raises RoundAbandoned when a stop comes before the update (the round leaves no
         trace); once the update has begun the round completes (only its evaluation is skipped). Its CPU time
-        on this thread goes to `cpu`."""
+        on this thread goes to `cpu`, and the part that is not its evaluation to the row (`train_cpu_s`)."""
+        before = self.cpu.rounds.get(t, 0.0), self.cpu.evals.get(t, 0.0)
         with self.cpu.timing(self.cpu.rounds, t):
-            return self._round(t)
+            metrics = self._round(t)
+        spent = (self.cpu.rounds[t] - before[0]) - (self.cpu.evals.get(t, 0.0) - before[1])
+        return dataclasses.replace(metrics, train_cpu_s=round(spent, 4))
 
     def _round(self, t: int) -> RoundMetrics:
         started = time.perf_counter()

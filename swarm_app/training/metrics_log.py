@@ -112,6 +112,18 @@ def evaluation_row(round_index: int, kind: str, accuracy: float, n: int, per_tas
             "per_task": per_task, "eval_s": seconds, "time": when}
 
 
+def train_cpu_total(rows: list[dict[str, Any]]) -> float | None:
+    """Engine CPU seconds the run's rounds spent, evaluations left out (each row's `train_cpu_s`); None when a
+    row lacks the figure (written by an earlier version), since a partial sum would understate the compute."""
+    spent = [row.get("train_cpu_s") for row in rows]
+    return round(sum(spent), 4) if all(isinstance(s, (int, float)) for s in spent) else None
+
+
+def add_cpu(total: float | None, spent: float | None) -> float | None:
+    """`total` with one more round's `train_cpu_s`; unknown stays unknown."""
+    return None if total is None or spent is None else round(total + spent, 4)
+
+
 def row_key(row: dict[str, Any]) -> tuple:
     """What makes a row unique: its round (an evaluation row: its kind and round)."""
     return (row.get("type", "round"), row.get("kind", ""), row["round"])

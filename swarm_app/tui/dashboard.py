@@ -15,7 +15,7 @@ from textual_plotext import PlotextPlot
 
 from swarm_app.kernel.swarms import reachability_fix, reachability_short
 from swarm_app.tui.sharing import SharingPanel
-from swarm_app.tui.state import ViewState, moving_average
+from swarm_app.tui.state import ViewState, moving_average, solo_at_node_cpu
 
 
 def _mb(n: int) -> str:
@@ -90,7 +90,8 @@ class SwarmLine(Static):
 
 class RewardChart(PlotextPlot):
     """Reward of own and of peers' groups as moving averages, held-out accuracy and, when a solo run was
-    found to compare with, its held-out accuracy; or held-out accuracy per task when `per_task` is on."""
+    found to compare with, its held-out accuracy at the engine CPU this node had spent by each round; or
+    held-out accuracy per task when `per_task` is on."""
 
     per_task = False
 
@@ -111,8 +112,9 @@ class RewardChart(PlotextPlot):
                 plt.plot(c.external_rounds, moving_average(c.external), label="from peers")
             if c.heldout_rounds:
                 plt.plot(c.heldout_rounds, c.heldout, label="held-out", marker="dot")
-            if s.solo is not None:
-                plt.plot(list(s.solo.rounds), list(s.solo.accuracy), label="held-out, solo", marker="dot")
+            solo = solo_at_node_cpu(s)
+            if solo:
+                plt.plot([t for t, _ in solo], [a for _, a in solo], label="held-out, solo at equal CPU", marker="dot")
         plt.xlabel("round")
         self.refresh()
 

@@ -1,11 +1,13 @@
-"""The dashboard's sharing panel: what sharing did for this node, in three lines a participant can read.
+"""The dashboard's sharing panel: what sharing did for this node, in three to five lines a participant can read.
 
 1. reward: the mean of its own groups and of the peers' groups it trained on, over the last rounds, each
    with a sparkline (one character a round, 0 to 1);
 2. the share of its learning signal that came from peers: of the groups with a reward spread in its
    updates (the only groups that change the policy: grpo.py), how many were peers' (the figure of the
    peers tab and of `swarm experiment`'s table), and how many peers' groups it received;
-3. its held-out accuracy beside a solo run of the same model (`SoloCurveFound`), or why there is none;
+3. its held-out accuracy, and on a line of its own a solo run of the same model (`SoloCurveFound`) at the same
+   engine CPU with the difference in held-out points and its 95% interval (kernel/benefit.py), or why there is
+   no comparison; while no peer is connected it says the node is alone and compares nothing;
 4. once the node sends its participant record (`RecordUpdated`, kernel/record.py): what it gave, whose
    groups it used most, its held-out gain since the first evaluation and its rollbacks (`swarm stats`
    prints the whole record).
@@ -18,7 +20,8 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from swarm_app.tui.state import MOVING_AVERAGE, ViewState
+from swarm_app.kernel.benefit import NoComparison, points
+from swarm_app.tui.state import MOVING_AVERAGE, ViewState, benefit
 
 BARS = "▁▂▃▄▅▆▇█"
 NO_VALUE = "·"
@@ -83,20 +86,31 @@ def heldout_line(s: ViewState) -> Text:
         own = Text.assemble(("held-out ", "dim"), (f"{c.heldout[-1]:.2f}", "bold"), f" at round {c.heldout_rounds[-1]}")
     if s.offline:
         return own
+    if not s.connected_peers:
+        return own + Text(" · alone: no peer connected, so nothing to say about sharing", style="dim")
     if s.solo is None:
         return own + Text(" · no solo run to compare with: run swarm experiment", style="dim")
-    return own + _beside_solo(s)
+    at = c.heldout_rounds[-1] if c.heldout else None
+    if at is not None and at in c.cpu and c.heldout_n[-1]:
+        own += Text(f" on {c.heldout_n[-1]} items, after {c.cpu[at]:,.0f} engine CPU s")
+    return own
 
 
-def _beside_solo(s: ViewState) -> Text:
-    """The solo curve's point at this node's last evaluated round (or the nearest before it), and the gap."""
-    solo, c = s.solo, s.curves
-    at = c.heldout_rounds[-1] if c.heldout_rounds else 0
-    earlier = [(t, a) for t, a in zip(solo.rounds, solo.accuracy) if t <= at] or [(solo.rounds[0], solo.accuracy[0])]
-    t, accuracy = earlier[-1]
-    gap = f" ({(c.heldout[-1] - accuracy) * POINTS:+.0f} points)" if c.heldout else ""
-    return Text.assemble(" · ", ("solo ", "dim"), (f"{accuracy:.2f}", "bold"), f" at round {t}{gap} · ",
-                         (s.solo.source, "dim"))
+def solo_line(s: ViewState) -> Text | None:
+    """The solo curve at this node's engine CPU, the difference in points with its 95% interval, and the curve's
+    source; or why there is no comparison (kernel/benefit.py). None where `heldout_line` says why there is no
+    solo line at all (offline, J = 0, alone, no solo curve)."""
+    if s.offline or not learns_from_peers(s) or not s.connected_peers or s.solo is None:
+        return None
+    found = benefit(s)
+    source = Text.assemble(" · ", (s.solo.source, "dim"))
+    if found is None:
+        return Text("solo at equal engine CPU: after the first evaluation", style="dim") + source
+    if isinstance(found, NoComparison):
+        return Text(f"solo: {found.reason}", style="dim") + source
+    low, high = found.interval
+    return Text.assemble(("solo at equal CPU ", "dim"), (f"{found.solo:.2f}", "bold"), f" on {found.solo_n} items: ",
+                         (f"{points(found.difference)} points", "bold"), f", 95% {points(low)} to {points(high)}") + source
 
 
 def record_line(s: ViewState) -> Text:
@@ -122,6 +136,8 @@ class SharingPanel(Static):
         self.border_title = "Sharing: what peers did for this node"
 
     def show(self, s: ViewState) -> None:
-        lines = [reward_line(s), signal_line(s), heldout_line(s)] + ([record_line(s)] if s.record else [])
+        solo = solo_line(s)
+        lines = [reward_line(s), signal_line(s), heldout_line(s), *([solo] if solo else []),
+                 *([record_line(s)] if s.record else [])]
         self.styles.height = len(lines) + 1  # the border line
         self.update(Text("\n").join(lines))

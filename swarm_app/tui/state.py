@@ -12,6 +12,7 @@ import unicodedata
 from collections import deque
 from dataclasses import dataclass, field, replace
 
+from swarm_app.kernel.benefit import Comparison, NoComparison, compare, interpolate
 from swarm_app.kernel.events import (
     CheckpointSaved,
     EvaluationFinished,
@@ -70,6 +71,12 @@ class Curves:
     external: list[float] = field(default_factory=list)
     heldout_rounds: list[int] = field(default_factory=list)
     heldout: list[float] = field(default_factory=list)
+    heldout_n: list[int] = field(default_factory=list)
+    """Held-out items of each evaluation (0: not said)."""
+    cpu: dict[int, float] = field(default_factory=lambda: {0: 0.0})
+    """Engine CPU seconds the run had spent by each round, evaluations left out (`train_cpu_total_s`)."""
+    threads: set[int] = field(default_factory=set)
+    """Engine thread counts the rounds ran at (as far as the rows say)."""
     per_task: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
 
 
@@ -151,9 +158,52 @@ class ViewState:
         return per_round * max(self.total_rounds - self.round, 0)  # `round` is the last completed one
 
     @property
+    def connected_peers(self) -> int:
+        return sum(1 for row in self.peers if row.connected)
+
+    @property
     def peer_signal_share(self) -> float | None:
         """Share of the groups with a reward spread in this node's updates that came from peers."""
         return self.external_groups / self.signal_groups if self.signal_groups else None
+
+
+def benefit(s: ViewState) -> Comparison | NoComparison | None:
+    """The node's last held-out point against the solo curve at equal engine CPU (kernel/benefit.py); None
+    without both a solo curve and an evaluation."""
+    c = s.curves
+    if s.solo is None or not c.heldout:
+        return None
+    unlike = _unlike_cpu(s)
+    if unlike is not None:
+        return unlike
+    at = c.heldout_rounds[-1]
+    if at not in c.cpu:
+        return NoComparison(f"engine CPU of the rounds to {at} not recorded")
+    solo = s.solo
+    return compare(c.heldout[-1], c.heldout_n[-1], c.cpu[at], solo.cpu_s, solo.accuracy, solo.n, solo.spread,
+                   solo.seeds)
+
+
+def solo_at_node_cpu(s: ViewState) -> list[tuple[int, float]]:
+    """(round, the solo curve's accuracy at the engine CPU this node had spent by then), for the chart: only
+    where the figures compare (see `benefit`), inside the solo curve, and while a peer is connected."""
+    if s.solo is None or not s.solo.cpu_s or _unlike_cpu(s) is not None or not s.connected_peers:
+        return []
+    read = ((t, interpolate(s.solo.cpu_s, s.solo.accuracy, cpu)) for t, cpu in sorted(s.curves.cpu.items()))
+    return [(t, a) for t, a in read if a is not None]
+
+
+def _unlike_cpu(s: ViewState) -> NoComparison | None:
+    """Why this node's CPU figures do not measure what the solo curve's do: another engine, or another engine
+    thread count (the figure is the engine thread's CPU time, so its helpers are not in it)."""
+    solo, threads = s.solo, s.curves.threads
+    if solo.engine and s.backend and solo.engine != s.backend:
+        return NoComparison(f"the solo curve ran on {solo.engine}, this node on {s.backend}: CPU not comparable")
+    if solo.threads and threads and threads != {solo.threads}:
+        ran = "/".join(str(t) for t in sorted(threads))
+        return NoComparison(f"the solo curve ran {solo.threads} engine thread(s) a node, this node {ran}: "
+                            "CPU not comparable")
+    return None
 
 
 def _run_started(s: ViewState, e: RunStarted) -> None:
@@ -186,6 +236,10 @@ def _round_finished(s: ViewState, e: RoundFinished) -> None:
     if m.reward_external is not None:
         c.external_rounds.append(m.round)
         c.external.append(m.reward_external)
+    if m.train_cpu_total_s is not None:
+        c.cpu[m.round] = m.train_cpu_total_s
+    if m.threads:
+        c.threads.add(m.threads)
     s.external_groups += m.n_external
     s.signal_groups += m.groups_with_signal
 
@@ -202,6 +256,7 @@ def _evaluated(s: ViewState, e: EvaluationFinished) -> None:
     s.evaluating = False
     s.curves.heldout_rounds.append(e.round)
     s.curves.heldout.append(e.accuracy)
+    s.curves.heldout_n.append(e.n)
     for task, accuracy in e.per_task.items():
         s.curves.per_task.setdefault(task, []).append((e.round, accuracy))
 
