@@ -14,7 +14,8 @@ from swarm_app.experiment.cell import CellRun
 from swarm_app.experiment.plan import Cell, Config, Plan
 from swarm_app.kernel.settings import Settings
 
-TIMING = {"time", "gen_s", "train_s", "round_s", "eval_s", "cpu_s", "eval_cpu_s", "rss_bytes", "threads"}
+TIMING = {"time", "gen_s", "train_s", "round_s", "eval_s", "cpu_s", "eval_cpu_s", "train_cpu_s", "train_cpu_total_s",
+          "rss_bytes", "threads"}
 """Fields that measure the machine, not what the node learnt."""
 
 
