@@ -3,8 +3,13 @@ and four home nodes behind two MASQUERADE routers (two homes each), with netem d
 internet links where the kernel has netem. Within 60 s every home node is classified unreachable and every
 public node reachable, and every node admits rollouts of home and public authors alike.
 
+The second test starts the same eight nodes with no bootstrap address at all: they find each other by the
+swarm's name on a private Mainline DHT (each public node's DHT seeded with the others', each home node's with
+one public node's, as the public DHT routers seed a real one), the home nodes through their routers' NAT.
+
 Needs root, `ip netns`, veth and nftables (`nft`); skipped cleanly where any is missing. Marked slow
-(`--run-slow`): eight processes, about a minute once they run (the 60 s count from when all are up).
+(`--run-slow`): eight processes, about a minute once they run (the 60 s count from when all are up). The DHT
+test also needs libtorrent (the [dht] extra).
 """
 
 from __future__ import annotations
@@ -124,10 +129,12 @@ def namespaces():
         teardown()
 
 
-def start(ns: str, listen: str, status: Path, *bootstrap: str) -> subprocess.Popen:
+def start(ns: str, listen: str, status: Path, *bootstrap: str, dht: tuple[str, ...] = ()) -> subprocess.Popen:
+    """A node in namespace `ns`; `dht`: (its DHT's HOST:PORT, the DHT nodes to seed it with...)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "SWARM_HOME": str(status.parent / ns)}
+    extra = ["--dht", *dht] if dht else []
     return subprocess.Popen(["ip", "netns", "exec", f"{PREFIX}-{ns}", sys.executable, "-m", "tests.peer.io.netns_node",
-                             listen, str(status), str(SECONDS), *bootstrap],
+                             listen, str(status), str(SECONDS), *bootstrap, *extra],
                             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
@@ -180,3 +187,51 @@ def test_home_nodes_are_unreachable_the_public_ones_reachable_and_all_exchange_r
     for name, state in states.items():
         heard = set(state["authors"]) & ids
         assert len(heard) >= len(ids) - 2 and heard & home_ids - {state["node"]}, (name, summary)
+
+
+DHT_PORT = 6881
+
+
+@pytest.mark.timeout(420)
+def test_home_nodes_find_the_public_nodes_by_the_swarms_name_alone_on_the_dht(namespaces, tmp_path):
+    from swarm_app.peer.io import dht
+
+    if not dht.installed():
+        pytest.skip("libtorrent not installed (the [dht] extra)")
+    dht_of = [f"{ip}:{DHT_PORT}" for ip in PUBLIC]
+    nodes = {f"p{i}": (f"{ip}:{PORT}", tmp_path / f"p{i}.json") for i, ip in enumerate(PUBLIC)}
+    nodes.update({home: (f"0.0.0.0:{PORT}", tmp_path / f"{home}.json") for home in HOMES})
+    procs = [start(f"p{i}", nodes[f"p{i}"][0], nodes[f"p{i}"][1], dht=(dht_of[i], *dht_of[:i], *dht_of[i + 1:]))
+             for i in range(len(PUBLIC))]
+    time.sleep(1.0)
+    procs += [start(home, listen, status, dht=(f"0.0.0.0:{DHT_PORT}", dht_of[0]))
+              for home, (listen, status) in nodes.items() if home in HOMES]
+    linked_at = None
+    try:
+        up_by = time.monotonic() + STARTUP_S
+        while not all(status.exists() for _, status in nodes.values()) and time.monotonic() < up_by:
+            time.sleep(0.5)
+        started = time.monotonic()
+        while time.monotonic() - started < CLASSIFY_S + 30:
+            states = {name: read(status) for name, (_, status) in nodes.items()}
+            ids = {s.get("node") for s in states.values()}
+            if linked_at is None and all(states[home].get("neighbours", 0) >= 2 for home in HOMES):
+                linked_at = time.monotonic() - started
+            if linked_at is not None and all(len(set(s.get("authors", [])) & ids) >= len(ids) - 2
+                                             for s in states.values()):
+                break
+            time.sleep(1.0)
+    finally:
+        for proc in procs:
+            proc.terminate()
+        errors = [proc.communicate(timeout=30)[1][-2000:] for proc in procs]
+    states = {name: read(status) for name, (_, status) in nodes.items()}
+    summary = {name: (s.get("reachable"), s.get("neighbours"), len(s.get("authors", []))) for name, s in states.items()}
+    print(f"\nno bootstrap, DHT only: home nodes linked after {linked_at} s; (reachable, neighbours, authors heard) "
+          f"{summary}")
+    assert linked_at is not None and linked_at <= CLASSIFY_S, (summary, errors)
+    ids = {s["node"] for s in states.values()}
+    public_ids = {states[f"p{i}"]["node"] for i in range(len(PUBLIC))}
+    for name, state in states.items():
+        heard = set(state["authors"]) & ids
+        assert len(heard) >= len(ids) - 2 and heard & public_ids - {state["node"]}, (name, summary)
