@@ -14,13 +14,13 @@ import argparse
 import sys
 
 from swarm_app import __version__
-from swarm_app.commands import chat, convert, demo, doctor, experiment, export, identity, run, stats, watch
+from swarm_app.commands import chat, convert, demo, doctor, experiment, export, hub, identity, run, stats, watch
 from swarm_app.commands import eval as eval_command
 from swarm_app.kernel import logs
 from swarm_app.kernel.errors import SwarmError
 from swarm_app.session import PROTOCOL_VERSION
 
-COMMANDS = (run, demo, experiment, watch, chat, stats, identity, export, convert, eval_command, doctor)
+COMMANDS = (run, hub, demo, experiment, watch, chat, stats, identity, export, convert, eval_command, doctor)
 """In the order `swarm --help` lists them."""
 
 

@@ -15,6 +15,8 @@ from typing import TextIO
 from swarm_app.kernel.events import (
     EvaluationFinished,
     Event,
+    HubStarted,
+    HubStatus,
     ModelLoading,
     ReachabilityChanged,
     RolledBack,
@@ -67,6 +69,10 @@ class HeadlessView:
             return format_joined(event)
         if isinstance(event, ReachabilityChanged):
             return format_reachability(event)
+        if isinstance(event, HubStarted):
+            return format_hub_started(event)
+        if isinstance(event, HubStatus):
+            return format_hub_status(event)
         if isinstance(event, RunStopped):
             return format_stop(event)
         if isinstance(event, EvaluationFinished) and event.kind != "scheduled":  # a scheduled one is on the round line
@@ -123,6 +129,33 @@ def format_joined(e: SwarmJoined) -> str:
              f"{others}")
     line = f"{name}: node {e.node_id} listening on {e.address}; {where}; 0 peers so far (training goes on meanwhile)"
     return line + (f"\nreachable from outside: checking (asking peers to dial port {e.port} back)" if e.port else "")
+
+
+def format_hub_started(e: HubStarted) -> str:
+    """The start line of `swarm hub`: what it is, where it listens, where it looks, what it holds."""
+    others = ("looking on the DHT by the swarm's name (announcing there once reachable)" if e.dht
+              else "DHT off (--no-dht, or the [dht] extra is missing)")
+    where = f"dialing {e.bootstrap} address{'es' if e.bootstrap != 1 else ''}" if e.bootstrap else "no bootstrap address"
+    line = (f"hub for swarm {e.swarm!r}: node {e.node_id} listening on {e.address} (no model: it admits, relays and "
+            f"answers dial-backs; up to {e.max_inbound} inbound links); {where}; {others}; "
+            f"a status line every minute")
+    return line + (f"\nreachable from outside: checking (asking peers to dial port {e.port} back)" if e.port else "")
+
+
+def format_hub_status(e: HubStatus) -> str:
+    """A hub's minute: links now; rollouts admitted and relayed, bytes in and out, in the interval."""
+    per = "minute" if round(e.interval_s) == 60 else f"{e.interval_s:.0f}s"
+    reach = {True: "reachable", False: "not reachable", None: "reachability unknown"}[e.reachable]
+    return (f"hub: links {e.links_in} in, {e.links_out} out ({reach}); last {per}: rollouts admitted "
+            f"{e.admitted}, relayed {e.relayed}, rejected {e.rejected}; bytes in {_size(e.bytes_in)}, out "
+            f"{_size(e.bytes_out)}; pool {e.pool}")
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
 
 
 def format_reachability(e: ReachabilityChanged) -> str:

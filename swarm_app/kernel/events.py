@@ -342,6 +342,41 @@ class ReachabilityChanged(Event):
 
 
 @dataclass(frozen=True)
+class HubStarted(Event):
+    """A hub (`swarm hub`: a node without a model) is listening and looking for its swarm."""
+
+    node_id: str
+    address: str
+    swarm: str
+    max_inbound: int
+    """Inbound links it holds at most."""
+    bootstrap: int = 0
+    port: int = 0
+    """The port peers are asked to dial back (0: reachability is not checked)."""
+    dht: bool = False
+
+
+@dataclass(frozen=True)
+class HubStatus(Event):
+    """A hub's last minute (`interval_s`): its links now, and what it received and handed on meanwhile."""
+
+    links_in: int
+    links_out: int
+    admitted: int
+    """Peer rollouts that passed admission (re-scored) in the interval."""
+    relayed: int
+    """Rollouts handed to peers in pull answers in the interval (a hub has none of its own)."""
+    rejected: int
+    bytes_in: int
+    """Bytes of websocket messages received in the interval."""
+    bytes_out: int
+    pool: int
+    """Rollouts in the pool now."""
+    interval_s: float = 60.0
+    reachable: bool | None = None
+
+
+@dataclass(frozen=True)
 class TrainingPaused(Event):
     after_round: int
     reason: str = ""

@@ -121,8 +121,10 @@ class Intake:
         return self._served(signed)
 
     def _served(self, signed: list[SignedRollout]) -> list[Any]:
-        """A pull answer's items (as many as fit in a frame), counting the copies of own rollouts among them."""
+        """A pull answer's items (as many as fit in a frame), counting them and the copies of own rollouts among
+        them (the rest are relayed)."""
         items = fit_items([s.to_item() for s in signed])
+        self.tally.count("rollouts_served", len(items))
         self.tally.count("own_served", sum(self.pool.is_own(s.id) for s in signed[:len(items)]))
         return items
 

@@ -241,10 +241,10 @@ class NodeCore:
 
     # --- what the I/O shell reports, asks for and changes: it calls these and never writes core state
 
-    def count(self, event: str) -> None:
+    def count(self, event: str, n: int = 1) -> None:
         """Count an event only the shell sees: one of tally.SHELL_EVENTS (a full send queue, a failed dial,
-        a malformed HTTP request)."""
-        self.tally.count_shell(event)
+        a malformed HTTP request, `n` bytes of websocket messages in or out)."""
+        self.tally.count_shell(event, n)
 
     def on_handshake_failed(self) -> None:
         """A hello that failed either way (timeout, bad frame, bad proof): counted as a rejection."""

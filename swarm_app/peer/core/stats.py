@@ -73,6 +73,12 @@ class NodeStats:
     """Hellos refused either way, by reason (another swarm, an older version)."""
     served: int = 0
     """Copies of own rollouts handed to peers in answers to their pulls (websocket and HTTP)."""
+    rollouts_served: int = 0
+    """Rollouts handed to peers in pull answers, own and relayed (relayed: this minus `served`)."""
+    bytes_in: int = 0
+    """Bytes of websocket messages received on established links (UTF-8 text, no framing, no HTTP)."""
+    bytes_out: int = 0
+    """... and sent."""
     upnp: str = ""
     """The router port mapping: "" (not tried), "missing" (library absent), "none" (no gateway or refused),
     "mapped" (the router says it forwards the port; dial-back decides whether it works)."""

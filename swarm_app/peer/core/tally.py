@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-SHELL_EVENTS = ("send_dropped", "dial_failures", "http_malformed")
-"""Events only the I/O shell sees, counted through `NodeCore.count`."""
+SHELL_EVENTS = ("send_dropped", "dial_failures", "http_malformed", "ws_bytes_in", "ws_bytes_out")
+"""Events only the I/O shell sees, counted through `NodeCore.count` (the bytes: of websocket messages on
+established links, UTF-8 text without framing)."""
 
 
 class Tally:
@@ -22,11 +23,11 @@ class Tally:
     def count(self, event: str, n: int = 1) -> None:
         self._events[event] += n
 
-    def count_shell(self, event: str) -> None:
-        """One of `SHELL_EVENTS` (a full send queue, a failed dial, a malformed HTTP request)."""
+    def count_shell(self, event: str, n: int = 1) -> None:
+        """One of `SHELL_EVENTS` (a full send queue, a failed dial, a malformed HTTP request, message bytes)."""
         if event not in SHELL_EVENTS:
             raise ValueError(f"unknown shell event {event!r}; one of {', '.join(SHELL_EVENTS)}")
-        self._events[event] += 1
+        self._events[event] += n
 
     def reject(self, reason: str) -> None:
         """A rollout, message or handshake refused, by reason (node-wide)."""

@@ -94,7 +94,9 @@ class CoreView:
         return NodeStats(self.node_id, address, self._intake.sharing, directions.count("in"), directions.count("out"),
                          len(self._addresses), len(pool), pool.nbytes, len(self._intake.admission.seen),
                          tally["published"], tally["pushes"], tally["accepted"], tally.rejections(),
-                         tally["bans"], rows, served=tally["own_served"])
+                         tally["bans"], rows, served=tally["own_served"],
+                         rollouts_served=tally["rollouts_served"], bytes_in=tally["ws_bytes_in"],
+                         bytes_out=tally["ws_bytes_out"])
 
     def _dialed_ok(self, address: str | None) -> bool:
         entry = self._addresses.get(address) if address else None

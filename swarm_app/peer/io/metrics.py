@@ -38,6 +38,9 @@ COUNTERS = {
     "inbound_evicted": "Idle inbound peers closed to make room for a newcomer",
     "records_received": "Signed node records from peer lists that passed every check",
     "records_signed": "Own node records signed (on reaching a new address, and at half of each one's life)",
+    "rollouts_served": "Rollouts handed to peers in pull answers, own and relayed (websocket and HTTP)",
+    "ws_bytes_in": "Bytes of websocket messages received on established links (UTF-8 text, no framing)",
+    "ws_bytes_out": "Bytes of websocket messages sent on established links (UTF-8 text, no framing)",
 }
 
 

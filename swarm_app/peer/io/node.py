@@ -432,6 +432,7 @@ class PeerNode:
         now = self.clock()
         try:
             if msg.type == aiohttp.WSMsgType.TEXT:
+                self.core.count("ws_bytes_in", len(msg.data.encode("utf-8", "surrogatepass")))
                 self._execute(self.core.on_frame(conn, msg.data, now))
             elif msg.type == aiohttp.WSMsgType.BINARY:
                 self._execute(self.core.on_frame_error(conn, "bad_message", now))

@@ -128,6 +128,7 @@ class SendQueues:
                 link.queued_bytes -= len(text)
                 async with asyncio.timeout(self.write_timeout_s):  # a peer that stops reading is dropped
                     await link.ws.send_str(text)
+                self.core.count("ws_bytes_out", len(text.encode("utf-8", "surrogatepass")))
             polite = not link.dropped  # a close asked for (bye sent, or none to send): the close handshake
         except (ConnectionError, TimeoutError, aiohttp.ClientError) as exc:
             log.debug("send failed: %r", exc)
