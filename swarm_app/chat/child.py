@@ -14,11 +14,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import sys
 from pathlib import Path
 from typing import Callable
 
 from swarm_app.kernel.events import ChatReplied
+from swarm_app.kernel.paths import swarm_command
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ class ChildChat:
         self._tasks: set[asyncio.Task] = set()
 
     def argv(self) -> list[str]:
-        argv = [sys.executable, "-m", "swarm_app", "chat", "--json-lines", "--run-dir", str(self.run_dir),
+        argv = [*swarm_command(), "chat", "--json-lines", "--run-dir", str(self.run_dir),
                 "--threads", str(self.threads)]
         return argv + (["--backend", self.backend()] if self.backend() else [])
 

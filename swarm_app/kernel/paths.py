@@ -68,5 +68,11 @@ def assets_dir() -> Path:
     return candidates[0]
 
 
+def swarm_command() -> list[str]:
+    """How to start `swarm` again as a child process (the TUI's chat, one node per GPU): the single-file binary
+    itself when frozen by PyInstaller (its sys.executable is the app and has no `-m`), else this interpreter."""
+    return [sys.executable] if getattr(sys, "frozen", False) else [sys.executable, "-m", "swarm_app"]
+
+
 def bundled_model_dir(name: str = DEFAULT_MODEL_NAME) -> Path:
     return assets_dir() / "models" / name

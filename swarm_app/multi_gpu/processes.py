@@ -15,13 +15,13 @@ import asyncio
 import json
 import logging
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from swarm_app.kernel.errors import UsageError
 from swarm_app.kernel.events import Event, event_from_dict
+from swarm_app.kernel.paths import swarm_command
 
 log = logging.getLogger(__name__)
 
@@ -64,8 +64,8 @@ def plan_nodes(gpus: list[int], argv: list[str], run_dir: Path, listen: str, onl
             if n and int(port):
                 own += ["--peer", f"127.0.0.1:{port}"]  # the others find node 0 on this machine
         env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(gpu), "SWARM_PEER_IDENTITY": f"gpu-{gpu}"}
-        nodes.append(GpuNode(gpu, Path(own[4]), f"{host}:{node_port}", [sys.executable, "-m", "swarm_app", "run",
-                                                                          *argv, *own], env))
+        nodes.append(GpuNode(gpu, Path(own[4]), f"{host}:{node_port}", [*swarm_command(), "run", *argv, *own],
+                              env))
     return nodes
 
 
