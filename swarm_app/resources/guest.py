@@ -15,6 +15,7 @@ Pure except `read_sensors`, `cpu_sample` and `lower_priority`; the session calls
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -156,13 +157,22 @@ def read_sensors(own_pid: int | None = None) -> Readings:
     except (RuntimeError, NotImplementedError, OSError):
         battery = None
     try:
-        process = psutil.Process(own_pid)
+        process = _process(own_pid)
         total = psutil.cpu_percent(interval=None)
         own = process.cpu_percent(interval=None) / max(psutil.cpu_count() or 1, 1)
         rss = process.memory_info().rss
     except psutil.Error as exc:
         raise OSError(f"psutil: {exc}") from None
     return Readings(None if battery is None else not battery.power_plugged, max(0.0, total - own), rss, datetime.now())
+
+
+@functools.cache
+def _process(pid: int | None):
+    """One psutil.Process per pid, kept: its cpu_percent counts since the previous call on the same object, so
+    a new object each reading said 0% every time and the node's own work counted as other programs' load."""
+    import psutil
+
+    return psutil.Process(pid)
 
 
 def cpu_sample() -> tuple[float, float, float]:

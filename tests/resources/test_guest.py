@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import datetime
 
 import pytest
@@ -47,3 +48,19 @@ def test_schedule_and_memory_cap():
     assert in_window(parse_schedule("09:00-17:00"), NOON.time())
     with pytest.raises(ValueError):
         parse_schedule("nine to five")
+
+
+def test_the_nodes_own_cpu_is_not_counted_as_other_programs_load(monkeypatch):
+    """read_sensors: other programs' CPU = the machine's less this process's. The machine is made to read 100%
+    busy; this process burns CPU between two readings, so the second must see less than 100% as others' (a new
+    psutil.Process each reading saw 0% of its own, and a busy node could pause itself as if the user were busy)."""
+    import psutil
+
+    from swarm_app.resources.guest import read_sensors
+
+    monkeypatch.setattr(psutil, "cpu_percent", lambda interval=None: 100.0)
+    read_sensors()
+    ends = time.process_time() + 0.3
+    while time.process_time() < ends:
+        pass
+    assert read_sensors().others_cpu_percent < 99.0
