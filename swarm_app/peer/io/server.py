@@ -177,7 +177,7 @@ async def info(request: web.Request) -> web.Response:
         "protocol": "RSP/1", "v": PROTOCOL_VERSION, "hello": HELLO_VERSION, "record": RECORD_VERSION,
         "swarm": node.config.swarm,
         "node": node.node_id, "key": b64url(node.identity.public_key), "listen": node.address,
-        "reachable": node.core.view.reachable, "time_ms": int(node.clock() * 1000), "share": node.config.share,
+        "reachable": node.core.view.reachable, "time_ms": int(node.clock() * 1000), "share": node.core.view.sharing,
         "software": f"swarm-app/{__version__}"})
 
 

@@ -98,3 +98,17 @@ async def test_a_node_learns_a_peer_from_its_signed_record_and_refuses_forged_on
                     line = 'rsp_records_rejected_total{reason="wrong_node"} '
                     counted = [float(x[len(line):]) for x in metrics.splitlines() if x.startswith(line)]
                     assert counted and before <= counted[0] <= rejected["wrong_node"]
+
+
+@linux_only
+async def test_the_info_endpoint_says_whether_the_node_shares_now():
+    """/rsp/v1/info's `share` follows `s` (set_sharing) while the node runs, not the flag it started with."""
+    async with started(on("127.0.9.1")) as (node,):
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http:
+            async def shares() -> bool:
+                async with http.get(f"http://{node.address}/rsp/v1/info") as resp:
+                    return (await resp.json())["share"]
+
+            assert await shares() is True
+            node.set_sharing(False)
+            assert await shares() is False
