@@ -1,5 +1,5 @@
-"""A LAN meshes (issue 41, item 2): real nodes with a `swarm run` node's peer settings (the LAN rule on, no test
-trust), each on its own 127.x address, joined through one bootstrap, reach min(6, N - 1) links, whether all
+"""A LAN meshes (issue 41, item 2): real nodes with the peer config `swarm run` builds (the LAN rule on, no test
+trust), each on its own 127.x address and dialing from it, joined through one bootstrap, reach min(6, N - 1) links, whether all
 addresses share one /24 (a home or lab LAN) or not; and honest nodes that share one address (a NAT) and push
 their first rollouts at full speed are refused by the new-author budget, never banned.
 
@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 import time
 from collections import defaultdict
+from pathlib import Path
 
 from swarm_app.peer.core.config import PeerConfig
 from swarm_app.peer.io.node import PeerNode
@@ -23,11 +24,19 @@ from tests.peer.io.nodes_on_loopback import linux_only, started
 pytestmark = linux_only
 
 
-def lan_node(ip: str, *bootstrap: str, dial_from_own_address: bool = True) -> PeerConfig:
-    """A node with PeerConfig's defaults (a `swarm run` node's budgets, caps and timings) on `ip`, without mDNS
-    or peer table; dialing from `ip` (a machine of its own) or from the address the OS picks (127.0.0.1)."""
-    return PeerConfig(listen=f"{ip}:0", source_ip=ip if dial_from_own_address else None, bootstrap=bootstrap,
-                      mdns=False, peer_table=False)
+def lan_node(tmp_path: Path, ip: str, *bootstrap: str) -> PeerConfig:
+    """The peer config of `swarm run --listen IP:0 --bootstrap ... --no-mdns --no-dht --no-upnp` (every other
+    setting at its default: a `swarm run` node's budgets, caps and timings, and its dialing from `ip`)."""
+    from swarm_app.cli import build_parser
+    from swarm_app.commands.flags import load_settings_for
+    from swarm_app.session.peering import peer_config
+
+    (tmp_path / "none.toml").write_text("")
+    argv = ["run", "--listen", f"{ip}:0", "--no-mdns", "--no-dht", "--no-upnp", "--swarm", "lab",
+            "--config", str(tmp_path / "none.toml")]
+    for addr in bootstrap:
+        argv += ["--bootstrap", addr]
+    return peer_config(load_settings_for(build_parser().parse_args(argv)))
 
 
 @contextlib.asynccontextmanager
@@ -52,10 +61,10 @@ async def producing(nodes: list[PeerNode], per_s: float = 4.0):
             await task
 
 
-async def meshes(hosts: list[str]) -> None:
+async def meshes(tmp_path: Path, hosts: list[str]) -> None:
     heard: dict[int, set[str]] = defaultdict(set)
-    async with started(lan_node(hosts[0])) as (bootstrap,):
-        async with started(*(lan_node(h, bootstrap.address) for h in hosts[1:])) as joiners:
+    async with started(lan_node(tmp_path, hosts[0])) as (bootstrap,):
+        async with started(*(lan_node(tmp_path, h, bootstrap.address) for h in hosts[1:])) as joiners:
             nodes = [bootstrap, *joiners]
             for i, node in enumerate(nodes):
                 node.add_listener(lambda entry, pushed, i=i: heard[i].add(entry.author))
@@ -69,20 +78,21 @@ async def meshes(hosts: list[str]) -> None:
             assert sum(n.core.tally["bans"] for n in nodes) == 0
 
 
-async def test_eight_nodes_of_one_slash24_mesh_through_one_bootstrap_with_default_settings():
-    await meshes([f"127.0.41.{i}" for i in range(1, 9)])
+async def test_eight_nodes_of_one_slash24_mesh_through_one_bootstrap_with_default_settings(tmp_path):
+    await meshes(tmp_path, [f"127.0.41.{i}" for i in range(1, 9)])
 
 
-async def test_eight_nodes_on_eight_slash24s_mesh_through_one_bootstrap_with_default_settings():
-    await meshes([f"127.{42 + i}.0.1" for i in range(8)])
+async def test_eight_nodes_on_eight_slash24s_mesh_through_one_bootstrap_with_default_settings(tmp_path):
+    await meshes(tmp_path, [f"127.{42 + i}.0.1" for i in range(8)])
 
 
-async def test_honest_nodes_behind_one_address_pushing_at_full_speed_are_refused_never_banned():
+async def test_honest_nodes_behind_one_address_pushing_at_full_speed_are_refused_never_banned(tmp_path):
     """Six nodes dial from one address (127.0.0.1: the OS's choice, as behind one NAT) to a hub; each pushes its
     first 130 rollouts at once (its own-push burst): the address's budget of new authors is spent after two."""
-    async with started(lan_node("127.0.51.1")) as (hub,):
-        hosts = [f"127.0.51.{i}" for i in range(2, 8)]
-        async with started(*(lan_node(h, hub.address, dial_from_own_address=False) for h in hosts)) as joiners:
+    async with started(lan_node(tmp_path, "127.0.51.1")) as (hub,):
+        behind_nat = [dataclasses.replace(lan_node(tmp_path, f"127.0.51.{i}", hub.address), source_ip=None)
+                      for i in range(2, 8)]
+        async with started(*behind_nat) as joiners:
             assert await wait_for(lambda: hub.stats().inbound == len(joiners), timeout_s=20), hub.stats()
             rollouts = make_rollouts(26, seed=151)
             for k in range(130):
