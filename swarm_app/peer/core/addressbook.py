@@ -38,6 +38,8 @@ class AddressState:
     """The address answered HTTP but refused the websocket: pull it over GET /sample."""
     network: str = ""
     """Its host's /24 (IPv4) or /48 (IPv6); the host itself where a private address counts alone."""
+    lan: bool = False
+    """A private address counted on its own (sources.Networks.is_lan)."""
     verified: bool = False
     """This node reached it (a completed hello), now or in an earlier run, or dial-back confirmed it."""
     useful: float = 0.0
@@ -100,7 +102,9 @@ class AddressBook:
         if state is None:
             if source != "bootstrap" and self._crowded(addr):
                 return None
-            state = self._book[addr] = AddressState(addr, source, network=self.network_of(addr))
+            host = parse_address(addr)[0]
+            state = self._book[addr] = AddressState(addr, source, network=self.networks.of(host),
+                                                    lan=self.networks.is_lan(host))
             self._trim()
         elif source == "bootstrap":
             state.source = "bootstrap"
@@ -108,17 +112,13 @@ class AddressBook:
             state.node_id = node_id
         return state
 
-    def network_of(self, addr: str) -> str:
-        """The network an address ("host:port") counts under (sources.Networks)."""
-        return self.networks.of(parse_address(addr)[0])
-
     def _crowded(self, addr: str) -> bool:
-        network, host = self.network_of(addr), parse_address(addr)[0]
+        host = parse_address(addr)[0]
+        network = self.networks.of(host)
         others = [s for s in self._book.values() if s.source != "bootstrap"]
         if sum(1 for s in others if s.network == network) >= self.per_network:
             return True
-        return self.networks.is_lan(host) and sum(
-            1 for s in others if self.networks.is_lan(parse_address(s.addr)[0])) >= self.lan_addresses
+        return self.networks.is_lan(host) and sum(1 for s in others if s.lan) >= self.lan_addresses
 
     def candidates(self, now: float, skip_node: Callable[[str], bool], exclude_addrs: set[str]) -> list[AddressState]:
         """Addresses due for a dial attempt, except pending dials and known nodes `skip_node` rejects."""

@@ -2,10 +2,10 @@
 
 Inbound websockets are capped in total, per address and per network (/24, /48; sources.Networks: a
 private address on its own where the LAN rule is on, and private addresses together at most `per_lan`), so
-that a crowd from one place cannot hold the node. When only the total is full, a newcomer from a network that holds no slot may
-take the slot of an idle inbound peer: of those that gave nothing useful for `idle_s`, the idlest from the
-network holding the most slots (`InboundSlots.victim`). Plain state and choices: the core closes what is
-chosen, and counts.
+that a crowd from one place cannot hold the node. When only the total is full, a newcomer from a network
+that holds no slot may take the slot of an idle inbound peer: of those that gave nothing useful for
+`idle_s`, the idlest from the network holding the most slots (`InboundSlots.victim`). Plain state and
+choices: the core closes what is chosen, and counts.
 """
 
 from __future__ import annotations
