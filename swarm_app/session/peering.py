@@ -126,11 +126,29 @@ def peer_config(settings: Settings):
     peer = settings.peer
     if not re.fullmatch(r"[A-Za-z0-9-]{0,32}", peer.identity):
         raise UsageError(f"peer.identity {peer.identity!r}: use up to 32 letters, digits and '-'")
-    config = PeerConfig(listen=check_address(peer.listen, "peer.listen"), identity_name=peer.identity,
+    listen = check_address(peer.listen, "peer.listen")
+    config = PeerConfig(listen=listen, identity_name=peer.identity, source_ip=loopback_source(listen),
                         swarm=swarms.swarm_name(peer.swarm, settings.tasks.preset),
                         bootstrap=bootstrap_addresses(settings), mdns=peer.mdns, upnp=peer.upnp, dht=dht_config(settings),
                         metrics_listen=check_address(peer.metrics_listen, "peer.metrics_listen") if peer.metrics_listen else None)
     return config.with_protocol(share=peer.share)
+
+
+def loopback_source(listen: str) -> str | None:
+    """The address to dial from: a node listening on a loopback address other than 127.0.0.1 and ::1 (127.0.0.N,
+    as nodes of one machine that stand for a LAN's machines do) dials from it, so that its peers see it there
+    and dial it back there (the OS would pick 127.0.0.1 for all of them: one source, one host). Such a node
+    reaches only loopback peers, as it can only be reached from them. None (the OS's choice) otherwise."""
+    import ipaddress
+
+    from swarm_app.peer.core.addressbook import parse_address
+
+    host = parse_address(listen)[0]
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    return host if ip.is_loopback and str(ip) not in ("127.0.0.1", "::1") else None
 
 
 def dht_config(settings: Settings):

@@ -98,3 +98,11 @@ def test_the_tracker_says_when_dial_back_reaches_or_changes_its_verdict():
     assert tracker.update(stats(False))[1:] == []  # told once
     assert tracker.update(dataclasses.replace(stats(True), outbound=3))[1:] == [
         ReachabilityChanged(True, 47470, 3, "easy", "missing")]
+
+
+@pytest.mark.parametrize(("listen", "source"), [("127.0.0.5:0", "127.0.0.5"), ("127.3.0.1:47470", "127.3.0.1"),
+                                                ("127.0.0.1:0", None), ("[::1]:0", None), ("0.0.0.0:47470", None),
+                                                ("192.168.1.5:47470", None)])
+def test_a_node_listening_on_a_loopback_address_of_its_own_dials_from_it(tmp_path, listen, source):
+    """So that nodes of one machine standing for a LAN's machines are seen each at its own address."""
+    assert config_of(tmp_path, "--listen", listen).source_ip == source

@@ -5,7 +5,9 @@ in [0.5, 1]) so that many nodes retrying one bootstrap do not retry in step; an 
 others that fails `forget_after` times without ever answering is forgotten (one announced by an inbound
 peer after one failure: most such peers are behind NAT) (a poisoned peer list costs
 a few dials, not a dial every few minutes forever). Bootstrap addresses are never forgotten; others
-are, least useful first, above `capacity`, and one network (/24, /48) holds at most `per_network`.
+are, least useful first, above `capacity`, and one network (/24, /48) holds at most `per_network`;
+with `networks.lan` (sources.Networks), a private address is a network of its own, and private addresses
+together hold at most `lan_addresses` entries.
 An address is *verified* once this node reached it itself (or the shell's dial-back did): only those
 are advertised to peers. It is *useful* once a peer there delivered rollouts this node admitted: only
 those are saved in the peer table (`to_json`), at most `saved_per_network` per network, best first.
@@ -19,7 +21,7 @@ import random
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from swarm_app.peer.core.sources import prefix_of
+from swarm_app.peer.core.sources import PUBLIC, Networks
 
 SOURCES = ("bootstrap", "mdns", "dht", "exchange", "inbound", "table")
 
@@ -35,7 +37,9 @@ class AddressState:
     http_only: bool = False
     """The address answered HTTP but refused the websocket: pull it over GET /sample."""
     network: str = ""
-    """Its host's /24 (IPv4) or /48 (IPv6)."""
+    """Its host's /24 (IPv4) or /48 (IPv6); the host itself where a private address counts alone."""
+    lan: bool = False
+    """A private address counted on its own (sources.Networks.is_lan)."""
     verified: bool = False
     """This node reached it (a completed hello), now or in an earlier run, or dial-back confirmed it."""
     useful: float = 0.0
@@ -62,8 +66,10 @@ def format_address(host: str, port: int) -> str:
 class AddressBook:
     def __init__(self, rng: random.Random, *, capacity: int = 1024, backoff_base_s: float = 1.0,
                  backoff_max_s: float = 300.0, per_network: int = 4, forget_after: int = 3,
-                 saved: int = 64, saved_per_network: int = 2) -> None:
+                 saved: int = 64, saved_per_network: int = 2, networks: Networks = PUBLIC,
+                 lan_addresses: int = 64) -> None:
         self.rng, self.capacity, self.per_network = rng, capacity, per_network
+        self.networks, self.lan_addresses = networks, lan_addresses
         """`per_network`: entries from one /24 (/48) at most, bootstrap addresses aside: sixty addresses
         announcing themselves from one network take 4 lines of the book, not sixty."""
         self.backoff_base_s, self.backoff_max_s, self.forget_after = backoff_base_s, backoff_max_s, forget_after
@@ -96,7 +102,9 @@ class AddressBook:
         if state is None:
             if source != "bootstrap" and self._crowded(addr):
                 return None
-            state = self._book[addr] = AddressState(addr, source, network=prefix_of(parse_address(addr)[0]))
+            host = parse_address(addr)[0]
+            state = self._book[addr] = AddressState(addr, source, network=self.networks.of(host),
+                                                    lan=self.networks.is_lan(host))
             self._trim()
         elif source == "bootstrap":
             state.source = "bootstrap"
@@ -105,8 +113,12 @@ class AddressBook:
         return state
 
     def _crowded(self, addr: str) -> bool:
-        network = prefix_of(parse_address(addr)[0])
-        return sum(1 for s in self._book.values() if s.source != "bootstrap" and s.network == network) >= self.per_network
+        host = parse_address(addr)[0]
+        network = self.networks.of(host)
+        others = [s for s in self._book.values() if s.source != "bootstrap"]
+        if sum(1 for s in others if s.network == network) >= self.per_network:
+            return True
+        return self.networks.is_lan(host) and sum(1 for s in others if s.lan) >= self.lan_addresses
 
     def candidates(self, now: float, skip_node: Callable[[str], bool], exclude_addrs: set[str]) -> list[AddressState]:
         """Addresses due for a dial attempt, except pending dials and known nodes `skip_node` rejects."""

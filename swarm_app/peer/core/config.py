@@ -21,7 +21,7 @@ from swarm_app.peer.core.admission import AdmissionLimits
 from swarm_app.peer.core.protocol import ProtocolConfig
 from swarm_app.peer.core.reachability import DialbackLimits, ReachabilityPolicy
 from swarm_app.peer.core.scores import ScorePolicy
-from swarm_app.peer.core.sources import SourceLimits
+from swarm_app.peer.core.sources import LAN, SourceLimits
 
 LOOPBACK_TRUST = SourceLimits(push_per_address=(256.0, 4.0), push_per_network=(256.0, 4.0),
                               standing_groups=1, standing_age_s=1e-9, new_source_cap=1 << 20,
@@ -96,8 +96,9 @@ class PeerConfig:
     protocol: ProtocolConfig = field(default_factory=ProtocolConfig)
     limits: AdmissionLimits = field(default_factory=AdmissionLimits)
     scores: ScorePolicy = field(default_factory=ScorePolicy)
-    sources: SourceLimits = field(default_factory=SourceLimits)
-    """New authors a source address and network may introduce, and how standing is earned (sources.py)."""
+    sources: SourceLimits = field(default_factory=lambda: SourceLimits(networks=LAN))
+    """New authors a source address and network may introduce, and how standing is earned (sources.py). By
+    default with the LAN rule: a private address counts as a network of its own (docs/protocol.md)."""
     sample_per_author_cap: int | None = None
     """Most rollouts of one author in one `sample` call. None: ceil(count / authors available)."""
     pool_max_entries: int = 4096

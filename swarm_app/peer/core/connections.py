@@ -1,10 +1,11 @@
 """A node's live connections: what the core keeps of each (`Connection`), and its inbound slots (`InboundSlots`).
 
-Inbound websockets are capped in total, per address and per network (/24, /48), so that a crowd from one
-place cannot hold the node. When only the total is full, a newcomer from a network that holds no slot may
-take the slot of an idle inbound peer: of those that gave nothing useful for `idle_s`, the idlest from the
-network holding the most slots (`InboundSlots.victim`). Plain state and choices: the core closes what is
-chosen, and counts.
+Inbound websockets are capped in total, per address and per network (/24, /48; sources.Networks: a
+private address on its own where the LAN rule is on, and private addresses together at most `per_lan`), so
+that a crowd from one place cannot hold the node. When only the total is full, a newcomer from a network
+that holds no slot may take the slot of an idle inbound peer: of those that gave nothing useful for
+`idle_s`, the idlest from the network holding the most slots (`InboundSlots.victim`). Plain state and
+choices: the core closes what is chosen, and counts.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Iterable
 
 from swarm_app.peer.core.overlay import DecayingCount
 from swarm_app.peer.core.ratelimit import TokenBucket
-from swarm_app.peer.core.sources import prefix_of
+from swarm_app.peer.core.sources import PUBLIC, Networks
 
 LATE_PULLS = 16
 """Timed-out pull ids remembered per connection (one pull per 10 s: minutes of a slow peer)."""
@@ -56,16 +57,22 @@ class Connection:
 
 
 class InboundSlots:
-    def __init__(self, total: int, per_ip: int, per_network: int) -> None:
+    def __init__(self, total: int, per_ip: int, per_network: int, networks: Networks = PUBLIC,
+                 per_lan: int | None = None) -> None:
         self.total, self.per_ip, self.per_network = total, per_ip, per_network
+        self.networks, self.per_lan = networks, total if per_lan is None else per_lan
         self.by_ip: Counter[str] = Counter()
         self.by_network: Counter[str] = Counter()
+        self.lan = 0
+        """Slots held by private addresses counted on their own (networks.is_lan)."""
 
     def reserve(self, ip: str) -> bool:
         """Claim a slot for `ip`; False when a cap (total, per address, per network) is reached."""
         if sum(self.by_ip.values()) >= self.total or self.by_ip[ip] >= self.per_ip:
             return False
-        if self.by_network[prefix_of(ip)] >= self.per_network:
+        if self.by_network[self.networks.of(ip)] >= self.per_network:
+            return False
+        if self.networks.is_lan(ip) and self.lan >= self.per_lan:
             return False
         self.take(ip)
         return True
@@ -73,10 +80,12 @@ class InboundSlots:
     def take(self, ip: str) -> None:
         """Claim a slot whatever the caps (a newcomer's, until its victim's socket closes)."""
         self.by_ip[ip] += 1
-        self.by_network[prefix_of(ip)] += 1
+        self.by_network[self.networks.of(ip)] += 1
+        self.lan += self.networks.is_lan(ip)
 
     def release(self, ip: str) -> None:
-        for table, key in ((self.by_ip, ip), (self.by_network, prefix_of(ip))):
+        self.lan -= self.networks.is_lan(ip)
+        for table, key in ((self.by_ip, ip), (self.by_network, self.networks.of(ip))):
             table[key] -= 1
             if table[key] <= 0:
                 del table[key]
@@ -84,9 +93,11 @@ class InboundSlots:
     def victim(self, ip: str, conns: Iterable[Connection], now: float, idle_s: float) -> Connection | None:
         """The inbound connection whose slot a newcomer from `ip` may take, or None: only when the total
         alone is full and the newcomer's network holds no slot."""
-        if self.by_network[prefix_of(ip)] or sum(self.by_ip.values()) < self.total:
+        if self.by_network[self.networks.of(ip)] or sum(self.by_ip.values()) < self.total:
+            return None
+        if self.networks.is_lan(ip) and self.lan >= self.per_lan:
             return None
         idle = [c for c in conns if c.direction == "in" and now - max(c.opened, c.last_useful) >= idle_s]
         if not idle:
             return None
-        return max(idle, key=lambda c: (self.by_network[prefix_of(c.ip)], now - max(c.opened, c.last_useful)))
+        return max(idle, key=lambda c: (self.by_network[self.networks.of(c.ip)], now - max(c.opened, c.last_useful)))

@@ -19,7 +19,7 @@ from typing import Any
 from swarm_app.kernel.rollouts import Rollout
 from swarm_app.peer.core.actions import Action, Admitted, Close, Send
 from swarm_app.peer.core.addressbook import AddressBook
-from swarm_app.peer.core.admission import Accepted, Admission
+from swarm_app.peer.core.admission import Accepted, Admission, Rejected
 from swarm_app.peer.core.connections import Connection
 from swarm_app.peer.core.heard import HeardFilter
 from swarm_app.peer.core.identity import Identity
@@ -72,12 +72,21 @@ class Intake:
                     self._note_accepted(sender, verdict.entry, now)
                     actions.append(Admitted(verdict.entry, pushed))
                 else:
-                    # a pull answer relays others' rollouts: its budgets are not the sender's fault
-                    scale = 0.0 if verdict.reason in RELAYED_REASONS and not pushed else 1.0
+                    scale = 0.0 if self._not_its_fault(c, verdict, pushed) else 1.0
                     actions += self.penalize(c, verdict.reason, now, scale)
             if any(isinstance(a, Close) for a in actions):
                 break  # banned: the rest of the message is not looked at
         return actions
+
+    @staticmethod
+    def _not_its_fault(c: Connection, verdict: Rejected, pushed: bool) -> bool:
+        """A rejection counted but not held against the sender: a pull answer relays others' rollouts, whose
+        budgets it cannot know; and a push of its own first rollouts can meet a new-author budget spent by
+        others of its address or network (a shared NAT, a LAN): refused until a pull answer brings the
+        author in, never a ban, at whatever rate the sender produces. Pushing other keys stays an offence."""
+        if verdict.reason in RELAYED_REASONS and not pushed:
+            return True
+        return verdict.reason == "new_author" and verdict.detail == c.peer
 
     def _note_accepted(self, sender: PeerRecord, entry: PoolEntry, now: float) -> None:
         sender.accepted += 1

@@ -114,6 +114,9 @@ class ProtocolConfig:
     max_inbound_per_ip: int = 8
     max_inbound_per_network: int = 16
     """Inbound websockets from one /24 (IPv4) or /48 (IPv6): nine addresses cannot hold the whole node."""
+    max_inbound_lan: int = 32
+    """Inbound websockets from private addresses together, where each counts as a network of its own (the LAN
+    rule, sources.Networks): half the node, so that a LAN machine with many addresses leaves room to the rest."""
     standing_refresh_s: float = 5.0
     """How often the authors' standing (their weight in the external draw) is recomputed for the pool."""
     idle_inbound_s: float = 60.0

@@ -23,7 +23,8 @@ class Links:
         self.node_id, self.addresses, self.tally = node_id, addresses, tally
         self.conns: dict[int, Connection] = {}
         self.by_peer: dict[str, int] = {}
-        self.inbound = InboundSlots(config.max_inbound, config.max_inbound_per_ip, config.max_inbound_per_network)
+        self.inbound = InboundSlots(config.max_inbound, config.max_inbound_per_ip, config.max_inbound_per_network,
+                                    addresses.networks, config.max_inbound_lan)
         self.idle_inbound_s = config.idle_inbound_s
 
     def __len__(self) -> int:

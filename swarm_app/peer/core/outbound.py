@@ -33,7 +33,6 @@ from swarm_app.peer.core.overlay import (
 )
 from swarm_app.peer.core.ratelimit import TokenBucket
 from swarm_app.peer.core.scores import PeerBook
-from swarm_app.peer.core.sources import prefix_of
 from swarm_app.peer.core.tally import Tally
 
 log = logging.getLogger(__name__)
@@ -148,7 +147,7 @@ class Outbound:
     def _held_networks(self) -> set[str]:
         """Networks of the outbound neighbours and of the dials in flight."""
         held = {self.addresses.get(addr).network for addr in self.dialing if self.addresses.get(addr)}
-        return held | {prefix_of(c.ip) for c in self.links.outbound()}
+        return held | {self.addresses.networks.of(c.ip) for c in self.links.outbound()}
 
     def drop_useless(self, now: float) -> list[Action]:
         """Replace at once the outbound neighbours that answered pulls with nothing this node admitted while

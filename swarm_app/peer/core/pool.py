@@ -21,7 +21,7 @@ from typing import Container
 
 from swarm_app.kernel.rollouts import Rollout
 from swarm_app.peer.core.heard import HeardFilter
-from swarm_app.peer.core.sources import STANDING_FLOOR, prefix_of
+from swarm_app.peer.core.sources import PUBLIC, STANDING_FLOOR, Networks
 from swarm_app.peer.core.wire import SignedRollout
 
 
@@ -50,10 +50,10 @@ class RolloutPool:
     """Admitted rollouts by id, oldest first; capped at `max_entries` and `max_bytes` of bodies."""
 
     def __init__(self, self_id: str, max_entries: int, max_bytes: int, max_age_ms: int,
-                 share: float = 0.25, new_source_cap: int = 2) -> None:
+                 share: float = 0.25, new_source_cap: int = 2, networks: Networks = PUBLIC) -> None:
         self.self_id = self_id
         self.max_entries, self.max_bytes, self.max_age_ms = max_entries, max_bytes, max_age_ms
-        self.share, self.new_source_cap = share, new_source_cap
+        self.share, self.new_source_cap, self.networks = share, new_source_cap, networks
         """`share`: most of the entries, and of the bytes, one author or one delivering address may hold."""
         """Groups per draw from a network whose authors have not earned standing (all below half weight)."""
         self._entries: OrderedDict[bytes, PoolEntry] = OrderedDict()
@@ -162,7 +162,7 @@ class RolloutPool:
             return max(weights.get(entry.author, STANDING_FLOOR), 1e-6)
 
         def network(entry: PoolEntry) -> str:
-            return homes.get(entry.author) or prefix_of(entry.source)
+            return homes.get(entry.author) or self.networks.of(entry.source)
 
         established = {network(e) for e in fresh if weight(e) >= 0.5}
         # weighted sampling without replacement: sort by u ** (1 / w) (Efraimidis and Spirakis)

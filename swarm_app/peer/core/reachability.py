@@ -15,7 +15,9 @@ The requester counts a confirmation only when the helper says so AND its own pro
 gave that helper: a lying helper can make a node believe it is unreachable (it then only dials out, which
 works) but never that it is reachable. `Reachability` turns answers into a verdict: reachable after
 `confirmations` distinct networks (/24, /48; distinct addresses where `by_address`, for nodes that all live
-on loopback) confirmed, unreachable after `failures` distinct networks could not, and the check starts over
+on loopback, and, under the LAN rule (sources.Networks), distinct private addresses: a confirmation cannot be
+faked, so a LAN's machines are as many witnesses as they are machines) confirmed, unreachable after
+`failures` distinct networks (/24, /48 even on a LAN: a "no" can be a lie) could not, and the check starts over
 every `recheck_s`. It also keeps the address each confirming helper reached the node at (`dialable`): the
 addresses of the node's signed record (records.py). One confirmation is enough to sign one, so that nodes
 that all join at once can list each other: a helper cannot fake a confirmation, only name a wrong address,
@@ -39,7 +41,7 @@ import rfc8785
 
 from swarm_app.peer.core.identity import Identity, b64url, node_id_of, unb64url, verify
 from swarm_app.peer.core.ratelimit import BucketMap, TokenBucket
-from swarm_app.peer.core.sources import prefix_of
+from swarm_app.peer.core.sources import PUBLIC, Networks, prefix_of
 
 PROBE_PREFIX = b"RSP/1 probe\n"
 TOKEN_BYTES = 16
@@ -82,8 +84,8 @@ class Reachability:
     `status` is None until a verdict, then True or False; while a re-check gathers new answers the last
     verdict stands."""
 
-    def __init__(self, policy: ReachabilityPolicy, rng: random.Random) -> None:
-        self.policy, self.rng = policy, rng
+    def __init__(self, policy: ReachabilityPolicy, rng: random.Random, networks: Networks = PUBLIC) -> None:
+        self.policy, self.rng, self.networks = policy, rng, networks
         self.status: bool | None = None
         self.confirmed: dict[str, float] = {}
         """Network (or address) -> when a helper there dialed this node back."""
@@ -96,9 +98,12 @@ class Reachability:
         self._next_ask = 0.0
         self._verdict_at: float | None = None
 
-    def key_of(self, ip: str) -> str:
-        """What counts as one witness: the helper's network, or its address on loopback."""
-        return ip if self.policy.by_address else prefix_of(ip)
+    def key_of(self, ip: str, reached: bool = False) -> str:
+        """What counts as one witness: the helper's network, or its address on loopback; for a confirmation
+        (`reached`), a private helper's own address under the LAN rule."""
+        if self.policy.by_address:
+            return ip
+        return self.networks.of(ip) if reached else prefix_of(ip)
 
     def next_helper(self, now: float, candidates: list[tuple[str, str]],
                     fallback: list[tuple[str, str]] = ()) -> str | None:
@@ -112,7 +117,7 @@ class Reachability:
 
         def fit(pairs: list[tuple[str, str]]) -> list[str]:
             return [addr for addr, host in pairs
-                    if self.key_of(host) not in answered and now >= self._asked.get(addr, -1e18) + self.policy.ask_again_s]
+                    if self.key_of(host, True) not in answered and now >= self._asked.get(addr, -1e18) + self.policy.ask_again_s]
 
         fresh = fit(candidates) or fit(fallback)
         if not fresh:
@@ -124,9 +129,10 @@ class Reachability:
 
     def on_answer(self, helper_ip: str, reached: bool, now: float, addr: str = "") -> bool | None:
         """A helper at `helper_ip` dialed this node back at `addr` (`reached`) or could not; returns the status."""
-        key = self.key_of(helper_ip)
+        key = self.key_of(helper_ip, reached)
         (self.confirmed if reached else self.failed)[key] = now
         (self.failed if reached else self.confirmed).pop(key, None)
+        (self.failed if reached else self.confirmed).pop(self.key_of(helper_ip, not reached), None)
         self.named.pop(key, None)
         if reached and addr:
             self.named[key] = addr

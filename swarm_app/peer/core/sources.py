@@ -3,6 +3,12 @@
 A key costs nothing to make, so budgets per key alone buy nothing: here every budget is also kept per
 source address and per network (/24 for IPv4, /48 for IPv6), the way GossipSub v1.1 scores IP colocation.
 - `prefix_of(ip)`: the network a source address belongs to.
+- `is_private(ip)`: the address is in a private network (RFC 1918, link-local, ULA, loopback): the one
+  predicate of the LAN rule. `Networks` groups addresses for every budget and cap that counts per network
+  (address book, outbound spread, inbound slots, new authors, standing, the draw, dial-back witnesses):
+  public addresses by /24 (/48); with `lan` on (a `swarm run` node), each private address on its own, so
+  that the machines of one home, lab or classroom LAN are as many sources as they are machines. Only the
+  socket's remote address is ever classified (a claimed address only names where to dial).
 - `NewAuthorBudget`: how many authors never seen before one address and one network may introduce, in a
   burst and per minute. Pushed rollouts (unsolicited, always the sender's own) get a tight budget: 100
   fresh keys from one place introduce 2 authors per address and 4 per network, then one a minute. Pull
@@ -41,6 +47,49 @@ def prefix_of(ip: str) -> str:
     return str(ipaddress.ip_network(f"{address}/{bits}", strict=False))
 
 
+LAN_NETWORKS = tuple(ipaddress.ip_network(n) for n in (
+    "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16",  # RFC 1918
+    "169.254.0.0/16", "fe80::/10",  # link-local
+    "fc00::/7",  # IPv6 unique local (ULA)
+    "127.0.0.0/8", "::1/128"))  # loopback: nodes of one machine
+"""Private networks: reachable only from the same site, so an address there is held by someone on it."""
+
+
+@functools.lru_cache(maxsize=16384)
+def is_private(ip: str) -> bool:
+    """Whether `ip` is in a private network (LAN_NETWORKS); False for anything unparsable."""
+    try:
+        address = ipaddress.ip_address(ip.strip("[]"))
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return any(address in network for network in LAN_NETWORKS if network.version == address.version)
+
+
+@dataclass(frozen=True)
+class Networks:
+    """How source addresses are grouped into networks for the budgets and caps that count per network."""
+
+    lan: bool = False
+    """Each private address (`is_private`) is a network of its own; public ones are grouped by /24 (/48).
+    False: every address by its /24 (/48), as in the core's unit tests, where 10.x stands for any address."""
+
+    def is_lan(self, ip: str) -> bool:
+        """A private-network address that this grouping counts on its own."""
+        return self.lan and is_private(ip)
+
+    def of(self, ip: str) -> str:
+        """The network `ip` counts under: the address itself on a LAN, else its /24 (/48)."""
+        return ip.strip("[]") if self.is_lan(ip) else prefix_of(ip)
+
+
+PUBLIC = Networks()
+"""Every address by its /24 (/48): the default of the core's classes."""
+LAN = Networks(lan=True)
+"""Private addresses one by one (a `swarm run` node's default: PeerConfig)."""
+
+
 @dataclass(frozen=True)
 class SourceLimits:
     """New authors a source may introduce (burst, then per second), per address and per network."""
@@ -62,6 +111,11 @@ class SourceLimits:
     addresses cannot crowd out everyone else's."""
     pool_share: float = 0.25
     """Most of the pool's entries, and of its bytes, that one author or one delivering address may hold."""
+    networks: Networks = PUBLIC
+    """How addresses group into networks for these budgets (PeerConfig's default: LAN)."""
+    lan_addresses: int = 64
+    """With `networks.lan`: address book entries of private addresses together (bootstrap aside) at most,
+    so that one LAN machine holding many addresses (IPv6 gives it millions) cannot fill the book."""
 
 
 class NewAuthorBudget:
@@ -74,19 +128,20 @@ class NewAuthorBudget:
 
         self._push = (buckets(limits.push_per_address), buckets(limits.push_per_network))
         self._pull = (buckets(limits.pull_per_address), buckets(limits.pull_per_network))
+        self.network_of = limits.networks.of
 
     def allows(self, ip: str, pushed: bool, now: float) -> bool:
         """Whether one more new author from `ip` fits both its address's and its network's budget (nothing
         is spent, and no table grows: a spent budget costs the node no memory per fresh key)."""
         per_address, per_network = self._push if pushed else self._pull
-        return per_address.peek(ip, now) >= 1 and per_network.peek(prefix_of(ip), now) >= 1
+        return per_address.peek(ip, now) >= 1 and per_network.peek(self.network_of(ip), now) >= 1
 
     def take(self, ip: str, pushed: bool, now: float) -> bool:
         """One new author from `ip`: True when both its address and its network have a token left."""
         per_address, per_network = self._push if pushed else self._pull
         if not self.allows(ip, pushed, now):
             return False
-        return per_address.take(ip, now) and per_network.take(prefix_of(ip), now)
+        return per_address.take(ip, now) and per_network.take(self.network_of(ip), now)
 
 
 class Standing:
@@ -101,7 +156,7 @@ class Standing:
         if author in self._first:
             self._first.move_to_end(author)
             return
-        self._first[author] = (prefix_of(ip) if ip else "", now)
+        self._first[author] = (self.limits.networks.of(ip) if ip else "", now)
         while len(self._first) > self.capacity:
             self._first.popitem(last=False)
 

@@ -74,11 +74,13 @@ class PeerNode:
         self.rng = rng or random.Random()
         self.peer_table_path = peer_table_path
         self.pool = RolloutPool(identity.node_id, config.pool_max_entries, config.pool_max_bytes, config.limits.past_ms,
-                                share=config.sources.pool_share, new_source_cap=config.sources.new_source_cap)
+                                share=config.sources.pool_share, new_source_cap=config.sources.new_source_cap,
+                                networks=config.sources.networks)
         admission = Admission(self.pool, SeenCache(config.seen_capacity, config.limits.past_ms),
                               fitted_limits(config.limits, config.protocol), regenerate_task, config.sources)
         addresses = AddressBook(self.rng, backoff_base_s=1.0, backoff_max_s=300.0,
-                                per_network=config.sources.addresses_per_network)
+                                per_network=config.sources.addresses_per_network, networks=config.sources.networks,
+                                lan_addresses=config.sources.lan_addresses)
         self.core = NodeCore(identity, admission, config.protocol, PeerBook(config.scores, self.rng),
                              addresses, self.rng, config.swarm)
         self.gate = ConnectionGate(config.connections_per_ip,
@@ -113,7 +115,7 @@ class PeerNode:
         verdict = (lambda status: None) if config.local_only else self.core.set_reachable
         dialable = (lambda addrs: None) if config.local_only else self.core.set_dialable
         self.dialback = DialBack(identity, config.reachability, config.dialback, random.Random(self.rng.random()),
-                                 clock, verdict, self._dialed_back, dialable)
+                                 clock, verdict, self._dialed_back, dialable, config.sources.networks)
         for addr in config.bootstrap:
             self.core.add_address(addr, "bootstrap")
 

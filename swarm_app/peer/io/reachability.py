@@ -37,6 +37,7 @@ from swarm_app.peer.core.reachability import (
     probe_proves,
 )
 from swarm_app.peer.core.records import is_dial_address
+from swarm_app.peer.core.sources import PUBLIC, Networks
 from swarm_app.peer.io import client
 
 log = logging.getLogger(__name__)
@@ -56,13 +57,13 @@ class DialBack:
     def __init__(self, identity: Identity, policy: ReachabilityPolicy, limits: DialbackLimits,
                  rng: random.Random, clock: Callable[[], float], on_verdict: Callable[[bool | None], None],
                  on_verified: Callable[[str, str], None] = lambda addr, node: None,
-                 on_dialable: Callable[[list[str]], None] = lambda addrs: None) -> None:
+                 on_dialable: Callable[[list[str]], None] = lambda addrs: None, networks: Networks = PUBLIC) -> None:
         """`on_verdict(status)`: this node's reachability after each answer. `on_verified(addr, node)`: a
         dial-back this node made for a requester reached `node` at `addr` (it may be advertised now).
         `on_dialable(addrs)`: after each answer, the addresses helpers reached this node at (its record's)."""
         self.identity, self.policy, self.clock = identity, policy, clock
         self.on_verdict, self.on_verified, self.on_dialable = on_verdict, on_verified, on_dialable
-        self.state = Reachability(policy, rng)
+        self.state = Reachability(policy, rng, networks)
         self.door = DialbackDoor(limits)
         self.tokens = ProbeTokens()
         self.counters = {"asked": 0, "confirmed": 0, "failed": 0, "no_answer": 0, "served": 0, "probes": 0}
