@@ -54,7 +54,8 @@ async def test_sessions_find_each_others_ports_by_swarm_name_and_another_name_fi
         started = time.monotonic()
         assert await wait_for(lambda: all(announced <= set(found[m.host]) for m in members), timeout_s=30), found
         print(f"\nall 3 members found each other in {time.monotonic() - started:.1f} s")
-        assert stranger.lookups >= 2
+        # the stranger looked its own name up at least twice (on a loaded machine it may still be on its first)
+        assert await wait_for(lambda: stranger.lookups >= 2, timeout_s=30), stranger.lookups
         assert found["127.44.0.1"] == []  # its own name's key holds nobody
     finally:
         for s in [*members, stranger]:
