@@ -94,3 +94,21 @@ def test_every_result_file_the_docs_cite_exists():
             if not path.exists():
                 missing.append(f"{doc.relative_to(root)}: {cited}")
     assert not missing, missing
+
+
+MARKDOWN_LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+
+
+def test_every_relative_link_in_the_docs_resolves():
+    """A link in README.md, docs/ or benchmarks/README.md to a file of this repository points at one that exists,
+    relative to the page (a page that moved, or a `results/...` link written from docs/, fails here)."""
+    root = README.parent
+    pages = [README, root / "benchmarks" / "README.md", *sorted((root / "docs").glob("*.md"))]
+    broken = []
+    for page in pages:
+        for target in MARKDOWN_LINK.findall(page.read_text()):
+            if "://" in target or target.startswith("mailto:"):
+                continue
+            if not (page.parent / target).exists():
+                broken.append(f"{page.relative_to(root)}: {target}")
+    assert not broken, broken

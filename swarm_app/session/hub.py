@@ -50,7 +50,8 @@ def hub_config(settings: Settings, max_inbound: int = HUB_INBOUND):
         raise UsageError(error)
     peering = Peering(EventBus(), None)
     peering.configure(settings)
-    return peering.config.with_protocol(share=False, max_inbound=max_inbound)
+    # private addresses together keep holding at most half the node, as on a training node (limits.py)
+    return peering.config.with_protocol(share=False, max_inbound=max_inbound, max_inbound_lan=max(1, max_inbound // 2))
 
 
 class Hub:
