@@ -84,10 +84,16 @@ def weight_type_for(config: dict) -> str:
     return "q8_0" if params > 1 << 27 else "f16"
 
 
+NOT_THE_MODEL = frozenset({"solo_curve.json"})
+"""JSON files the app keeps beside a model that do not change the converted model (the bundled model's solo
+curve for the sharing panel): left out of the content key, so the shipped GGUF stays the one used."""
+
+
 def content_key(folder: Path) -> str:
     """A hash of the files that define the converted model (config, tokenizer, weights) and the converter."""
     digest = hashlib.sha256(CONVERTER_VERSION.encode())
-    for path in sorted(folder.glob("*.json")) + sorted(folder.glob("*.safetensors")):
+    defining = [p for p in sorted(folder.glob("*.json")) if p.name not in NOT_THE_MODEL]
+    for path in defining + sorted(folder.glob("*.safetensors")):
         digest.update(path.name.encode())
         with path.open("rb") as stream:
             for block in iter(lambda: stream.read(1 << 20), b""):
