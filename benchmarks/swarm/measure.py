@@ -10,6 +10,8 @@ Definitions (the figures of issue #28):
 - age at receipt: receive time minus the rollout's timestamp, for every rollout an honest node admitted.
 - outbound links below the low water mark: the longest stretch, from its join on, any honest node
   spent with fewer than 6 open outbound links (sampled every `sample_s`).
+- time to `low_water` links: from a node's join to the first sample with 6 open outbound links (the
+  cold start of a swarm found only on the DHT: `link_figures` in report.py).
 - ... and the same for stretches that began after `warm_s` (a node joining a swarm that already
   formed, or losing links in one), apart from the cold start of the whole swarm in its first minutes.
 - eclipse: the share of hostile nodes among an honest node's outbound neighbours, and among the entries
@@ -63,6 +65,8 @@ class Recorder(Observer):
         self.longest_low_warm: Counter[int] = Counter()
         self._reached: set[int] = set()
         """Nodes seen with at least `low_water` outbound links once."""
+        self.time_to_low_water: dict[int, float] = {}
+        """Node index -> seconds from its join to the first sample with `low_water` outbound links."""
         self.outbound_series: list[tuple[float, int, float, int]] = []
         """(minute, min, median, max) of honest nodes' outbound links."""
         self.hostile_outbound_max = 0.0
@@ -146,7 +150,9 @@ class Recorder(Observer):
         if out < self.low_water:  # below since it joined, or since this sample
             self.low_since.setdefault(node.index, now if node.index in self._reached else node.joined)
             return
-        self._reached.add(node.index)
+        if node.index not in self._reached:
+            self._reached.add(node.index)
+            self.time_to_low_water[node.index] = now - node.joined
         if node.index in self.low_since:
             self._close_low(node.index, self.low_since.pop(node.index), now)
 

@@ -22,6 +22,10 @@ from typing import Any, Callable
 from swarm_app.peer.core.sources import prefix_of
 
 SOURCES = ("bootstrap", "mdns", "dht", "exchange", "inbound", "table")
+SELF_ANNOUNCED = ("inbound", "dht")
+"""Sources of addresses their owners announced themselves and nobody reached (an inbound peer's hello, the
+DHT under the swarm's key): most are behind NAT (a node announces before dial-back can tell it it is
+unreachable), any can be invented."""
 
 
 @dataclass
@@ -120,7 +124,7 @@ class AddressBook:
         if state is None:
             return 0.0
         state.http_only = http_only
-        forget_after = 1 if state.source == "inbound" else self.forget_after  # announced, and behind NAT
+        forget_after = 1 if state.source in SELF_ANNOUNCED else self.forget_after  # mostly behind NAT
         if not state.verified and state.source not in ("bootstrap", "mdns") and state.failures + 1 >= forget_after:
             del self._book[addr]  # heard of, never answered: a dead or invented address
             return 0.0
