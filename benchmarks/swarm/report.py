@@ -101,6 +101,9 @@ def link_figures(run: Run) -> dict[str, Any]:
         "below_6_outbound_p99_s": _round(quantile(longest, 0.99), 1),
         "nodes_below_6_over_30s": sum(t > 30 for t in longest),
         "nodes_below_6_over_60s": sum(t > 60 for t in longest),
+        "reachable_nodes_below_6_over_60s": sum(rec.longest_low[n.index] > 60 for n in hubs),
+        "nodes_below_6_links_over_60s": sum(rec.longest_low_all[n.index] > 60 for n in honest),
+        "below_6_links_longest_s": _round(max((rec.longest_low_all[n.index] for n in honest), default=None), 1),
         **time_to_6_figures(rec, honest),
         "below_6_over_30s_nodes": [_slow_node(n, rec.longest_low[n.index], rec.bootstraps) for n in honest
                                    if rec.longest_low[n.index] > 30][:10],

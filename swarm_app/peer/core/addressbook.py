@@ -108,6 +108,15 @@ class AddressBook:
             state.node_id = node_id
         return state
 
+    def listed_by_peer(self, addr: str, node_id: str) -> None:
+        """A peer's list named `addr` in `node_id`'s signed record (the peer reached it there): an address the
+        DHT handed on now ranks as one heard from peers ("exchange"), so that the DHT's many dead addresses
+        (most of a swarm is behind NAT) do not outrank it. (One an inbound hello announced keeps its rank: a
+        bootstrapped swarm joins as fast that way, and no faster the other.)"""
+        state = self._book.get(addr)
+        if state is not None and state.source == "dht":
+            state.source, state.node_id = "exchange", node_id
+
     def _crowded(self, addr: str) -> bool:
         network = prefix_of(parse_address(addr)[0])
         return sum(1 for s in self._book.values() if s.source != "bootstrap" and s.network == network) >= self.per_network

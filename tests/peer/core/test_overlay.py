@@ -207,3 +207,21 @@ def test_decoding_each_rollout_once_changes_no_figure():
     for result in (shared, private):
         del result["cpu_s"]
     assert shared == private
+
+
+def test_nodes_with_no_address_meet_on_the_simulated_dht_and_without_it_nobody_links():
+    """30 nodes started with no address at all, half behind NAT, finding the swarm only on a simulated Mainline
+    DHT (benchmarks/swarm/dht.py: lookups of 1-10 s that miss 20% of the announcements, the dead addresses of
+    the nodes behind NAT listed, 30 more announced by nobody): by the end of the third minute every node holds
+    6 links; with the DHT off (and no bootstrap list) nobody links at all."""
+    met = Run(small(30, minutes=3.0, bootstraps=0, discovery="dht", dht_dead=30, seed=13))
+    met.simulate()
+    assert met.dht is not None
+    listed = set(met.dht.listed)
+    dead = {a for a in listed if a not in met.net.by_addr or not met.net.by_addr[a].reachable}
+    assert len(dead) >= 30 + 10, dead  # the poison is there: nobody serves these
+    links = sorted(len(n.core.links.conns) for n in met.net.nodes)
+    assert links[0] >= 6, links
+    alone = Run(small(30, minutes=3.0, bootstraps=0, seed=13))
+    alone.simulate()
+    assert sum(len(n.core.links.conns) for n in alone.net.nodes) == 0
