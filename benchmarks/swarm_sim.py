@@ -52,8 +52,6 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--dht-miss", type=float, default=DhtModel.miss,
                         help="chance a DHT lookup misses a live announcement")
     parser.add_argument("--dht-dead", type=int, default=0, help="dead addresses announced on the DHT (poison)")
-    parser.add_argument("--dht-reachable-key", action="store_true",
-                        help="a second DHT key for nodes found reachable (a proposal: benchmarks/swarm/dht.py)")
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     parser.add_argument("--plot", type=Path, metavar="DIR", help="write PNG figures to DIR")
     parser.add_argument("--save", metavar="NAME", help=f"also write {RESULTS}/NAME.json")
@@ -65,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     scenario = Scenario(args.nodes, args.reachable, args.minutes, args.churn, args.hostile, args.hostile_mode,
                         args.partition_minutes, args.seed, args.loss, args.round_s, args.groups,
                         bootstraps=args.bootstraps, discovery=args.discovery, dht_miss=args.dht_miss,
-                        dht_dead=args.dht_dead, dht_reachable_key=args.dht_reachable_key)
+                        dht_dead=args.dht_dead)
     run = Run(scenario)
     figures = simulated(run)
     figures["command"] = "python benchmarks/swarm_sim.py " + shlex.join(sys.argv[1:] if argv is None else argv)

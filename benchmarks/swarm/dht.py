@@ -19,12 +19,6 @@ What the DHT does, and nothing else (`DhtModel`):
   most `answer_max` come back, drawn at random (a get_peers reply carries at most ~100 peers);
 - poisoned answers: `dead` addresses that nobody serves, announced for the whole run, each on its own /24
   (the worst case for the core's per-network caps), and, in a run with hostile nodes, theirs.
-
-`reachable_key` (a proposal, not what peer/io/dht.py does yet): a second key, announced only by nodes that
-dial-back found reachable, looked up every time; the first key (announced as today) is looked up only
-while the second has brought fewer than `hungry_below` addresses (a swarm with no verified member yet).
-Under the first key, a swarm 80% behind NAT lists 80% dead addresses (they announce before their verdict,
-and the DHT keeps them 30 minutes); under the second, only the poison an attacker pays for.
 Seeded: the DHT draws from its own `random.Random`, each node's timer from another.
 """
 
@@ -50,9 +44,7 @@ class DhtModel:
     ttl_s: float = 1800.0
     """How long an announcement stays listed after it was made."""
     dead: int = 0
-    """Announced addresses nobody serves (poison), under both keys."""
-    reachable_key: bool = False
-    """Model the second key, for nodes found reachable (the module docstring)."""
+    """Announced addresses nobody serves (poison)."""
 
 
 def dead_address(k: int) -> str:
@@ -66,11 +58,7 @@ class SimDht:
         self.net, self.model, self.config, self.seed = network, model, config, seed
         self.rng = random.Random(f"dht:{seed}")
         self.listed: dict[str, float] = {dead_address(k): float("inf") for k in range(model.dead)}
-        """Address -> when its announcement expires, under the swarm's key."""
-        self.listed_reachable: dict[str, float] = dict(self.listed)
-        """... under the key for reachable nodes (`reachable_key`)."""
-        self._from_reachable_key: dict[int, set[str]] = {}
-        """Node index -> addresses the key for reachable nodes brought it."""
+        """Address -> when its announcement under the swarm's key expires."""
         self.lookups = self.announces = self.handed_on = 0
         self._seen: dict[int, dict[str, float]] = {}
         """Node index -> address -> when it was last handed on."""
@@ -96,39 +84,30 @@ class SimDht:
         if timer.announce_due(now) and self.may_announce(node):
             timer.announced()
             self.announces += 1
-            self.net.schedule(self._latency(), self._stored, self.listed, node.addr)
-            if self.model.reachable_key and (node.role != "honest" or node.core.reachable is True):
-                self.net.schedule(self._latency(), self._stored, self.listed_reachable, node.addr)
+            self.net.schedule(self._latency(), self._stored, node.addr)
         if timer.lookup_due(now, node.core.view.links):
             self.lookups += 1
-            boards = [self.listed]
-            if self.model.reachable_key:
-                enough = len(self._from_reachable_key.get(node.index, ())) >= self.config.hungry_below
-                boards = [self.listed_reachable] if enough else [self.listed_reachable, self.listed]
-            self.net.schedule(self._latency(), self._answered, node, timer, boards)
+            self.net.schedule(self._latency(), self._answered, node, timer)
         self.net.schedule(max(0.05, timer.next_due - now), self._wake, node, timer)
 
-    def _stored(self, board: dict[str, float], addr: str) -> None:
-        board[addr] = max(board.get(addr, 0.0), self.net.now + self.model.ttl_s)
+    def _stored(self, addr: str) -> None:
+        self.listed[addr] = max(self.listed.get(addr, 0.0), self.net.now + self.model.ttl_s)
 
-    def answer(self, board: dict[str, float]) -> list[str]:
-        """What one lookup of the key of `board` returns now."""
+    def answer(self) -> list[str]:
+        """What one lookup returns now."""
         now, miss, rng = self.net.now, self.model.miss, self.rng
-        live = [addr for addr, expires in board.items() if expires > now and rng.random() >= miss]
+        live = [addr for addr, expires in self.listed.items() if expires > now and rng.random() >= miss]
         return rng.sample(live, min(len(live), self.model.answer_max))
 
-    def _answered(self, node: SimNode, timer: DhtTimer, boards: list[dict[str, float]]) -> None:
+    def _answered(self, node: SimNode, timer: DhtTimer) -> None:
         if not node.online:
             return
         now, seen = self.net.now, self._seen[node.index]
-        for board in boards:
-            for addr in self.answer(board):
-                if board is self.listed_reachable:
-                    self._from_reachable_key.setdefault(node.index, set()).add(addr)
-                last = seen.get(addr)
-                if last is not None and now - last < SEEN_AGAIN_S:
-                    continue
-                seen[addr] = now
-                timer.found()
-                self.handed_on += 1
-                node.core.add_address(addr, "dht")
+        for addr in self.answer():
+            last = seen.get(addr)
+            if last is not None and now - last < SEEN_AGAIN_S:
+                continue
+            seen[addr] = now
+            timer.found()
+            self.handed_on += 1
+            node.core.add_address(addr, "dht")

@@ -9,8 +9,8 @@ probability `loss`. With `churn` R, R% of the honest non-bootstrap nodes leave p
 10 s) and as many new ones join. With `partition_minutes` M, the nodes split into two random halves at
 minute 3 for M minutes. With `discovery` "dht", every node also finds the swarm on a simulated Mainline
 DHT (dht.py: lookups with latency, misses and poisoned answers, `dht_dead` dead addresses announced, and
-`dht_miss` the chance a lookup misses an announcement; `dht_reachable_key`: the second key of dht.py);
-with `bootstraps` 0 that is the only way in: no node starts with any address. Time is simulated; nothing sleeps.
+`dht_miss` the chance a lookup misses an announcement); with `bootstraps` 0 that is the only way in: no
+node starts with any address. Time is simulated; nothing sleeps.
 """
 
 from __future__ import annotations
@@ -61,7 +61,6 @@ class Scenario:
     """"bootstrap": the first `bootstraps` nodes' addresses only; "dht": and the simulated DHT (dht.py)."""
     dht_miss: float = DhtModel.miss
     dht_dead: int = 0
-    dht_reachable_key: bool = False
 
 
 class Run:
@@ -75,8 +74,7 @@ class Run:
         self.hostile = Hostile(self.net, scenario.hostile_mode, self.rng) if scenario.hostile > 0 else None
         if scenario.discovery not in DISCOVERY:
             raise ValueError(f"discovery {scenario.discovery!r}: one of {', '.join(DISCOVERY)}")
-        self.dht = (SimDht(self.net, DhtModel(miss=scenario.dht_miss, dead=scenario.dht_dead,
-                                                  reachable_key=scenario.dht_reachable_key), seed=scenario.seed)
+        self.dht = (SimDht(self.net, DhtModel(miss=scenario.dht_miss, dead=scenario.dht_dead), seed=scenario.seed)
                     if scenario.discovery == "dht" else None)
         self.bootstrap = tuple(f"{node_ip(i)}:4747" for i in range(scenario.bootstraps))
         self.end = START + scenario.minutes * 60
