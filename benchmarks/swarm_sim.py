@@ -5,7 +5,9 @@
 A discrete-event simulation (benchmarks/swarm/): a virtual clock, per-link latency and loss, NAT (only
 a share `--reachable` of the honest nodes can be dialed), churn, a partition into halves, hostile nodes
 ("attack": bad signatures, replays, future and stale timestamps, wrong answers, floods; "eclipse":
-announcing only each other). Seeded: the same arguments print the same figures (except `cpu_s`).
+announcing only each other), and how nodes find the swarm: the first `--bootstraps` nodes' addresses, and
+with `--discovery dht` a simulated Mainline DHT (`--bootstraps 0`: that alone). Seeded: the same arguments
+print the same figures (except `cpu_s`).
 `--save NAME` also writes benchmarks/results/swarm_sim/NAME.json, with the command that made it.
 Figures and their definitions: benchmarks/swarm/measure.py. Runs on one core; 1,000 nodes for 13
 simulated minutes take a few minutes.
@@ -22,9 +24,10 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script (`python benchmarks/swarm_sim.py`): find the repository's packages
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.swarm.dht import DhtModel  # noqa: E402
 from benchmarks.swarm.hostile import MODES  # noqa: E402
 from benchmarks.swarm.report import simulated  # noqa: E402
-from benchmarks.swarm.scenario import Run, Scenario  # noqa: E402
+from benchmarks.swarm.scenario import DISCOVERY, Run, Scenario  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "swarm_sim"
 
@@ -42,6 +45,13 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--loss", type=float, default=0.01, help="share of messages lost")
     parser.add_argument("--round-s", type=float, default=60.0, help="a node's round length (seconds)")
     parser.add_argument("--groups", type=int, default=8, help="rollout groups a node publishes per round")
+    parser.add_argument("--bootstraps", type=int, default=8,
+                        help="every node starts with the first N nodes' addresses (0: none)")
+    parser.add_argument("--discovery", choices=DISCOVERY, default="bootstrap",
+                        help="dht: nodes also look the swarm up on a simulated Mainline DHT (benchmarks/swarm/dht.py)")
+    parser.add_argument("--dht-miss", type=float, default=DhtModel.miss,
+                        help="chance a DHT lookup misses a live announcement")
+    parser.add_argument("--dht-dead", type=int, default=0, help="dead addresses announced on the DHT (poison)")
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     parser.add_argument("--plot", type=Path, metavar="DIR", help="write PNG figures to DIR")
     parser.add_argument("--save", metavar="NAME", help=f"also write {RESULTS}/NAME.json")
@@ -51,7 +61,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     scenario = Scenario(args.nodes, args.reachable, args.minutes, args.churn, args.hostile, args.hostile_mode,
-                        args.partition_minutes, args.seed, args.loss, args.round_s, args.groups)
+                        args.partition_minutes, args.seed, args.loss, args.round_s, args.groups,
+                        bootstraps=args.bootstraps, discovery=args.discovery, dht_miss=args.dht_miss,
+                        dht_dead=args.dht_dead)
     run = Run(scenario)
     figures = simulated(run)
     figures["command"] = "python benchmarks/swarm_sim.py " + shlex.join(sys.argv[1:] if argv is None else argv)

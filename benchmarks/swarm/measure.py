@@ -10,6 +10,10 @@ Definitions (the figures of issue #28):
 - age at receipt: receive time minus the rollout's timestamp, for every rollout an honest node admitted.
 - outbound links below the low water mark: the longest stretch, from its join on, any honest node
   spent with fewer than 6 open outbound links (sampled every `sample_s`).
+- links below the low water mark: the same, counting inbound links too (what the DHT's `hungry_below`
+  counts; a reachable node's inbound links are most of its links).
+- time to `low_water` links: from a node's join to the first sample with 6 open outbound links (the
+  cold start of a swarm found only on the DHT: `link_figures` in report.py).
 - ... and the same for stretches that began after `warm_s` (a node joining a swarm that already
   formed, or losing links in one), apart from the cold start of the whole swarm in its first minutes.
 - eclipse: the share of hostile nodes among an honest node's outbound neighbours, and among the entries
@@ -63,6 +67,12 @@ class Recorder(Observer):
         self.longest_low_warm: Counter[int] = Counter()
         self._reached: set[int] = set()
         """Nodes seen with at least `low_water` outbound links once."""
+        self.low_since_all: dict[int, float] = {}
+        self.longest_low_all: Counter[int] = Counter()
+        """As `longest_low`, counting inbound links too."""
+        self._reached_all: set[int] = set()
+        self.time_to_low_water: dict[int, float] = {}
+        """Node index -> seconds from its join to the first sample with `low_water` outbound links."""
         self.outbound_series: list[tuple[float, int, float, int]] = []
         """(minute, min, median, max) of honest nodes' outbound links."""
         self.hostile_outbound_max = 0.0
@@ -136,6 +146,7 @@ class Recorder(Observer):
             out = sum(c.direction == "out" for c in node.core.links.conns.values())
             counts.append(out)
             self._track_low(node, out, now)
+            self._track_low_all(node, len(node.core.links.conns), now)
         if counts and int((now - START) / self.sample_s) % 5 == 0:
             self.outbound_series.append(((now - START) / 60, min(counts), statistics.median(counts), max(counts)))
         if self.network.hostile is not None and now - START >= self.warmup_s:
@@ -146,9 +157,20 @@ class Recorder(Observer):
         if out < self.low_water:  # below since it joined, or since this sample
             self.low_since.setdefault(node.index, now if node.index in self._reached else node.joined)
             return
-        self._reached.add(node.index)
+        if node.index not in self._reached:
+            self._reached.add(node.index)
+            self.time_to_low_water[node.index] = now - node.joined
         if node.index in self.low_since:
             self._close_low(node.index, self.low_since.pop(node.index), now)
+
+    def _track_low_all(self, node: SimNode, links: int, now: float) -> None:
+        if links < self.low_water:
+            self.low_since_all.setdefault(node.index, now if node.index in self._reached_all else node.joined)
+            return
+        self._reached_all.add(node.index)
+        if node.index in self.low_since_all:
+            since = self.low_since_all.pop(node.index)
+            self.longest_low_all[node.index] = max(self.longest_low_all[node.index], now - since)
 
     def _close_low(self, index: int, since: float, end: float) -> None:
         self.longest_low[index] = max(self.longest_low[index], end - since)
@@ -176,6 +198,10 @@ class Recorder(Observer):
         for index, since in self.low_since.items():
             self._close_low(index, since, self.network.nodes[index].left or now)  # one that left: until then
         self.low_since.clear()
+        for index, since in self.low_since_all.items():
+            end = self.network.nodes[index].left or now
+            self.longest_low_all[index] = max(self.longest_low_all[index], end - since)
+        self.low_since_all.clear()
         hostile = {n.addr for n in self.network.nodes if n.role != "honest"}
         for node in self.network.nodes:
             out = [c.addr for c in node.core.links.conns.values() if c.direction == "out"]

@@ -24,6 +24,8 @@ def figures(run: Run) -> dict[str, Any]:
     out.update(cost_figures(run))
     out.update(link_figures(run))
     out.update(hostile_figures(run))
+    if run.dht is not None:
+        out.update(dht_figures(run))
     if run.s.partition_minutes:
         out.update(partition_figures(run))
     return out
@@ -98,6 +100,11 @@ def link_figures(run: Run) -> dict[str, Any]:
         "below_6_outbound_longest_s": _round(max(longest, default=None), 1),
         "below_6_outbound_p99_s": _round(quantile(longest, 0.99), 1),
         "nodes_below_6_over_30s": sum(t > 30 for t in longest),
+        "nodes_below_6_over_60s": sum(t > 60 for t in longest),
+        "reachable_nodes_below_6_over_60s": sum(rec.longest_low[n.index] > 60 for n in hubs),
+        "nodes_below_6_links_over_60s": sum(rec.longest_low_all[n.index] > 60 for n in honest),
+        "below_6_links_longest_s": _round(max((rec.longest_low_all[n.index] for n in honest), default=None), 1),
+        **time_to_6_figures(rec, honest),
         "below_6_over_30s_nodes": [_slow_node(n, rec.longest_low[n.index], rec.bootstraps) for n in honest
                                    if rec.longest_low[n.index] > 30][:10],
         "below_6_outbound_after_3min_longest_s": _round(max((rec.longest_low_warm[n.index] for n in honest), default=None), 1),
@@ -108,6 +115,31 @@ def link_figures(run: Run) -> dict[str, Any]:
         "in_degree_cap": run.net.config.max_inbound,
         "outbound_series": [[_round(m, 2), lo, med, hi] for m, lo, med, hi in rec.outbound_series],
     }
+
+
+def time_to_6_figures(rec: Any, honest: list[SimNode]) -> dict[str, Any]:
+    """Seconds from each honest node's join to its first sample with 6 outbound links; nodes that never got
+    there are counted apart."""
+    times = [rec.time_to_low_water[n.index] for n in honest if n.index in rec.time_to_low_water]
+    return {"time_to_6_outbound_p50_s": _round(quantile(times, 0.5), 1),
+            "time_to_6_outbound_p90_s": _round(quantile(times, 0.9), 1),
+            "time_to_6_outbound_max_s": _round(max(times, default=None), 1),
+            "never_6_outbound": len(honest) - len(times)}
+
+
+def dht_figures(run: Run) -> dict[str, Any]:
+    """What the simulated DHT did (benchmarks/swarm/dht.py)."""
+    dht, nodes = run.dht, run.net.nodes
+    assert dht is not None
+    by_source: Counter[str] = Counter()
+    for n in nodes:
+        if n.role == "honest":
+            by_source.update(s.source for s in n.core.addresses.entries())
+    return {"dht_lookups": dht.lookups, "dht_announces": dht.announces, "dht_handed_on": dht.handed_on,
+            "dht_listed_end": sum(e > run.net.now for e in dht.listed.values()),
+            "dht_listed_unreachable_end": sum(e > run.net.now and not getattr(run.net.by_addr.get(a), "reachable", False)
+                                              for a, e in dht.listed.items()),
+            "address_book_sources_end": dict(sorted(by_source.items()))}
 
 
 def hostile_figures(run: Run) -> dict[str, Any]:

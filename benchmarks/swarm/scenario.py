@@ -7,7 +7,10 @@ bootstrap list). Nodes join over the first `join_s` seconds; each has an access 
 lognormal (median 20 ms one way, so 40 ms between two nodes) and every message is lost with
 probability `loss`. With `churn` R, R% of the honest non-bootstrap nodes leave per minute (checked every
 10 s) and as many new ones join. With `partition_minutes` M, the nodes split into two random halves at
-minute 3 for M minutes. Time is simulated; nothing sleeps.
+minute 3 for M minutes. With `discovery` "dht", every node also finds the swarm on a simulated Mainline
+DHT (dht.py: lookups with latency, misses and poisoned answers, `dht_dead` dead addresses announced, and
+`dht_miss` the chance a lookup misses an announcement); with `bootstraps` 0 that is the only way in: no
+node starts with any address. Time is simulated; nothing sleeps.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from benchmarks.swarm.decode_once import decode_once
+from benchmarks.swarm.dht import DhtModel, SimDht
 from benchmarks.swarm.hostile import Hostile
 from benchmarks.swarm.measure import Recorder, Window
 from benchmarks.swarm.network import START, Network, SimNode, node_ip
@@ -32,6 +36,7 @@ SIM_CONFIG = ProtocolConfig(standing_refresh_s=60.0)
 simulator does not run) is recomputed every minute instead of every 5 s: it costs a node 1 ms per
 refresh with a thousand authors known, and changes nothing on the wire."""
 PARTITION_AT_S = 180.0
+DISCOVERY = ("bootstrap", "dht")
 HEAL_WINDOW_S = 180.0
 
 
@@ -52,6 +57,10 @@ class Scenario:
     bootstraps: int = 8
     join_s: float = 30.0
     tick_s: float = 1.0
+    discovery: str = "bootstrap"
+    """"bootstrap": the first `bootstraps` nodes' addresses only; "dht": and the simulated DHT (dht.py)."""
+    dht_miss: float = DhtModel.miss
+    dht_dead: int = 0
 
 
 class Run:
@@ -63,6 +72,10 @@ class Run:
                            tick_s=scenario.tick_s, loss=scenario.loss)
         self.publisher = Publisher(self.rng, scenario.round_s, scenario.groups, scenario.body_bytes)
         self.hostile = Hostile(self.net, scenario.hostile_mode, self.rng) if scenario.hostile > 0 else None
+        if scenario.discovery not in DISCOVERY:
+            raise ValueError(f"discovery {scenario.discovery!r}: one of {', '.join(DISCOVERY)}")
+        self.dht = (SimDht(self.net, DhtModel(miss=scenario.dht_miss, dead=scenario.dht_dead), seed=scenario.seed)
+                    if scenario.discovery == "dht" else None)
         self.bootstrap = tuple(f"{node_ip(i)}:4747" for i in range(scenario.bootstraps))
         self.end = START + scenario.minutes * 60
         self.partition_at = START + PARTITION_AT_S
@@ -103,6 +116,8 @@ class Run:
     def join(self, role: str, reachable: bool) -> SimNode:
         delay = min(0.3, max(0.002, self.rng.lognormvariate(math.log(0.02), 0.6)))
         node = self.net.add_node(reachable=reachable, role=role, delay_s=delay, bootstrap=self.bootstrap)
+        if self.dht is not None:
+            self.dht.start(node)
         if role == "honest":
             self.publisher.start(self.net.schedule, lambda rollout: self._publish(node, rollout), node.index)
         elif self.hostile is not None:

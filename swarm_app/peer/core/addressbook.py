@@ -24,6 +24,10 @@ from typing import Any, Callable
 from swarm_app.peer.core.sources import PUBLIC, Networks
 
 SOURCES = ("bootstrap", "mdns", "dht", "exchange", "inbound", "table")
+SELF_ANNOUNCED = ("inbound", "dht")
+"""Sources of addresses their owners announced themselves and nobody reached (an inbound peer's hello, the
+DHT under the swarm's key): most are behind NAT (a node announces before dial-back can tell it it is
+unreachable), any can be invented."""
 
 
 @dataclass
@@ -112,6 +116,15 @@ class AddressBook:
             state.node_id = node_id
         return state
 
+    def listed_by_peer(self, addr: str, node_id: str) -> None:
+        """A peer's list named `addr` in `node_id`'s signed record (the peer reached it there): an address the
+        DHT handed on now ranks as one heard from peers ("exchange"), so that the DHT's many dead addresses
+        (most of a swarm is behind NAT) do not outrank it. (One an inbound hello announced keeps its rank: a
+        bootstrapped swarm joins as fast that way, and no faster the other.)"""
+        state = self._book.get(addr)
+        if state is not None and state.source == "dht":
+            state.source, state.node_id = "exchange", node_id
+
     def _crowded(self, addr: str) -> bool:
         host = parse_address(addr)[0]
         network = self.networks.of(host)
@@ -132,7 +145,7 @@ class AddressBook:
         if state is None:
             return 0.0
         state.http_only = http_only
-        forget_after = 1 if state.source == "inbound" else self.forget_after  # announced, and behind NAT
+        forget_after = 1 if state.source in SELF_ANNOUNCED else self.forget_after  # mostly behind NAT
         if not state.verified and state.source not in ("bootstrap", "mdns") and state.failures + 1 >= forget_after:
             del self._book[addr]  # heard of, never answered: a dead or invented address
             return 0.0

@@ -140,6 +140,8 @@ class PeerExchange:
             for addr in () if wanted_record_only else record.addrs:
                 if addr not in self.addresses:
                     offered.setdefault(addr, record.node)
+                else:
+                    self.addresses.listed_by_peer(addr, record.node)
         taken = self.rng.sample(list(offered.items()), min(len(offered), self.take_max))
         return sum(self.addresses.add(addr, "exchange", node) is not None for addr, node in taken)
 

@@ -38,7 +38,7 @@ import random
 from collections.abc import Iterable, Sequence
 from typing import Protocol, TypeVar
 
-from swarm_app.peer.core.addressbook import AddressState
+from swarm_app.peer.core.addressbook import SELF_ANNOUNCED, AddressState
 
 
 class DecayingCount:
@@ -147,8 +147,9 @@ def is_trusted(state: AddressState) -> bool:
 
 
 def is_announced(state: AddressState | None) -> bool:
-    """This node first heard of it from an inbound peer's hello: whoever says hello can announce a server."""
-    return state is not None and state.source == "inbound"
+    """This node first heard of it from its owner (an inbound peer's hello, a DHT announce), not from a peer
+    that reached it: whoever says hello, or announces on the DHT, can announce a server."""
+    return state is not None and state.source in SELF_ANNOUNCED
 
 
 def is_vouched(state: AddressState | None) -> bool:

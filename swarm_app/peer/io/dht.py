@@ -36,6 +36,7 @@ from swarm_app.kernel.files import write_text_atomic
 from swarm_app.peer import PROTOCOL_VERSION
 from swarm_app.peer.core.addressbook import format_address, parse_address
 from swarm_app.peer.core.config import DhtConfig
+from swarm_app.peer.core.dht_timer import DhtTimer
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +112,8 @@ class DhtDiscovery:
         self._pair: tuple[socket.socket, socket.socket] | None = None
         self._task: asyncio.Task | None = None
         self._bootstrapped = asyncio.Event()
-        self._new = 0
+        self.timer: DhtTimer | None = None
+        """The lookup and announce schedule, from the first lookup on."""
 
     @property
     def listen_port(self) -> int | None:
@@ -228,37 +230,28 @@ class DhtDiscovery:
             self.found.move_to_end(addr)
             while len(self.found) > SEEN_KEPT:
                 self.found.popitem(last=False)
-            self._new += 1
+            if self.timer is not None:
+                self.timer.found()
             self.on_found(addr)
 
     # --- the schedule
 
     async def _schedule(self) -> None:
-        """Look up and announce: first once the DHT has bootstrapped (or after `first_s`), then on timers."""
-        cfg = self.config
+        """Look up and announce: first once the DHT has bootstrapped (or after `first_s`), then as
+        core/dht_timer.py says."""
         try:
-            await asyncio.wait_for(self._bootstrapped.wait(), cfg.first_s)
+            await asyncio.wait_for(self._bootstrapped.wait(), self.config.first_s)
         except asyncio.TimeoutError:
             pass
         loop = asyncio.get_running_loop()
-        next_lookup = next_announce = loop.time()
-        misses = 0
+        timer = self.timer = DhtTimer(self.config, self.rng, loop.time())
         while True:
             now = loop.time()
-            if now >= next_announce:
-                next_announce = now + self._jitter(cfg.early_announce_s if self.announces < 3 else cfg.announce_s)
+            if timer.announce_due(now):
                 self._announce()
-            if now >= next_lookup:
-                misses = misses + 1 if self.lookups and not self._new else 0
-                self._new = 0
+            if timer.lookup_due(now, self.links()):
                 self._lookup()
-                hungry = self.links() < cfg.hungry_below
-                wait = min(cfg.lookup_s, cfg.hungry_s * 2 ** min(misses, 6)) if hungry else cfg.lookup_s
-                next_lookup = now + self._jitter(wait)
-            await asyncio.sleep(max(0.05, min(next_lookup, next_announce) - loop.time()))
-
-    def _jitter(self, seconds: float) -> float:
-        return seconds * self.rng.uniform(0.8, 1.2)
+            await asyncio.sleep(max(0.05, timer.next_due - loop.time()))
 
     def _lookup(self) -> None:
         self.lookups += 1
@@ -269,6 +262,8 @@ class DhtDiscovery:
         if not port or not self.may_announce():
             return
         self.announces += 1
+        assert self.timer is not None
+        self.timer.announced()
         self._session.dht_announce(self._lt.sha1_hash(self.key), port, 0)
         log.debug("DHT: announced port %d for swarm '%s'", port, self.swarm)
 

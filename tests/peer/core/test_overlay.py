@@ -43,6 +43,26 @@ def test_dials_go_to_networks_not_yet_held_and_half_to_proven_addresses():
     assert all(pick_dial(announced, set(), rng, True) is unverified[0] for _ in range(20))
 
 
+def test_dht_addresses_count_as_self_announced_until_a_peer_lists_them():
+    """The DHT hands on what owners announced (in a swarm mostly behind NAT, mostly dead; any can be invented):
+    one failed dial forgets such an address, and addresses heard from peers are dialed first; once a peer's
+    list carries its owner's signed record (the peer reached it there), it ranks as heard from peers."""
+    core = Simulation(1, ProtocolConfig()).nodes[0].core
+    core.add_address("20.9.1.1:4747", "dht")
+    core.addresses.failed("20.9.1.1:4747", START)
+    assert "20.9.1.1:4747" not in core.addresses
+    core.add_address("20.9.2.1:4747", "dht")
+    core.add_address("20.9.3.1:4747", "exchange")
+    dht, heard = core.addresses.get("20.9.2.1:4747"), core.addresses.get("20.9.3.1:4747")
+    rng = random.Random(0)
+    assert all(pick_dial([dht, heard], set(), rng, True) is heard for _ in range(20))
+    owner = Identity.generate()
+    record = sign_record(owner, DEFAULT_SWARM, [dht.addr], True, int(START * 1000))
+    core.on_peer_list({"records": [record.to_item()], "peers": []}, START, "20.9.4.1:4747")
+    assert (dht.source, dht.node_id) == ("exchange", owner.node_id)
+    assert {pick_dial([dht, heard], set(), rng, True).addr for _ in range(40)} == {dht.addr, heard.addr}
+
+
 def test_a_newcomer_dials_up_to_the_low_water_mark_at_once_and_past_it_as_links_prove_themselves():
     def due(open_out, unproven, dialing=0, settled=True):
         return dials_due(open_out, unproven, dialing, target=8, low=6, high=12, max_unproven=3, settled=settled)
@@ -207,3 +227,21 @@ def test_decoding_each_rollout_once_changes_no_figure():
     for result in (shared, private):
         del result["cpu_s"]
     assert shared == private
+
+
+def test_nodes_with_no_address_meet_on_the_simulated_dht_and_without_it_nobody_links():
+    """30 nodes started with no address at all, half behind NAT, finding the swarm only on a simulated Mainline
+    DHT (benchmarks/swarm/dht.py: lookups of 1-10 s that miss 20% of the announcements, the dead addresses of
+    the nodes behind NAT listed, 30 more announced by nobody): by the end of the third minute every node holds
+    6 links; with the DHT off (and no bootstrap list) nobody links at all."""
+    met = Run(small(30, minutes=3.0, bootstraps=0, discovery="dht", dht_dead=30, seed=13))
+    met.simulate()
+    assert met.dht is not None
+    listed = set(met.dht.listed)
+    dead = {a for a in listed if a not in met.net.by_addr or not met.net.by_addr[a].reachable}
+    assert len(dead) >= 30 + 10, dead  # the poison is there: nobody serves these
+    links = sorted(len(n.core.links.conns) for n in met.net.nodes)
+    assert links[0] >= 6, links
+    alone = Run(small(30, minutes=3.0, bootstraps=0, seed=13))
+    alone.simulate()
+    assert sum(len(n.core.links.conns) for n in alone.net.nodes) == 0

@@ -1,0 +1,68 @@
+"""When a node looks its swarm up on the DHT and announces itself there: the schedule of `DhtConfig`, sans-IO.
+
+Time comes in as an argument and two answers go out (look up now? announce now?), so the same schedule
+runs a real node (peer/io/dht.py, on asyncio's clock) and every node of the simulator
+(benchmarks/swarm/dht.py, on its virtual clock). The first lookup and announce are due at `start` (the
+caller waits for the DHT's bootstrap first); announces come `early_announce_s` apart until three went
+out, then every `announce_s`; lookups every `lookup_s`, or while the node holds fewer than `hungry_below`
+links every `hungry_s`, doubling for each lookup in a row that brought nothing new (at most 2**6 times),
+never beyond `lookup_s`. Every interval is jittered by +-20% (nodes that start together spread out).
+It decides nothing else: whether the node may announce, and what it does with what it finds, are the
+caller's.
+"""
+
+from __future__ import annotations
+
+import random
+
+from swarm_app.peer.core.config import DhtConfig
+
+MAX_DOUBLINGS = 6
+
+
+class DhtTimer:
+    def __init__(self, config: DhtConfig, rng: random.Random, start: float) -> None:
+        self.config, self.rng = config, rng
+        self.next_lookup = self.next_announce = start
+        self.lookups = self.announces = 0
+        """Lookups started, announces made (the caller counts an announce with `announced`)."""
+        self.misses = 0
+        """Lookups in a row before the last one that brought no new address."""
+        self._new = 0
+
+    @property
+    def next_due(self) -> float:
+        return min(self.next_lookup, self.next_announce)
+
+    def found(self, count: int = 1) -> None:
+        """A lookup's answer brought `count` addresses not handed on before."""
+        self._new += count
+
+    def announce_due(self, now: float) -> bool:
+        """Whether an announce is due at `now`; if so the next one is scheduled (made or not: the caller
+        may not be allowed to announce, and asks again then)."""
+        if now < self.next_announce:
+            return False
+        early = self.announces < 3
+        self.next_announce = now + self._jitter(self.config.early_announce_s if early else self.config.announce_s)
+        return True
+
+    def announced(self) -> None:
+        self.announces += 1
+
+    def lookup_due(self, now: float, links: int) -> bool:
+        """Whether a lookup is due at `now` for a node holding `links` links; if so it counts as started and
+        the next one is scheduled."""
+        if now < self.next_lookup:
+            return False
+        cfg = self.config
+        self.misses = self.misses + 1 if self.lookups and not self._new else 0
+        self._new = 0
+        self.lookups += 1
+        hungry = links < cfg.hungry_below
+        wait = min(cfg.lookup_s, cfg.hungry_s * 2 ** min(self.misses, MAX_DOUBLINGS)) if hungry else cfg.lookup_s
+        self.next_lookup = now + self._jitter(wait)
+        return True
+
+    def _jitter(self, seconds: float) -> float:
+        return seconds * self.rng.uniform(0.8, 1.2)
