@@ -175,6 +175,16 @@ def _process(pid: int | None):
     return psutil.Process(pid)
 
 
+def process_memory() -> int:
+    """This process's resident memory in bytes (0 where psutil cannot tell): shown live, kept per round."""
+    import psutil
+
+    try:
+        return _process(None).memory_info().rss
+    except psutil.Error:
+        return 0
+
+
 def cpu_sample() -> tuple[float, float, float]:
     """(a monotonic clock, CPU seconds the whole machine has been busy, CPU seconds this process used), from psutil."""
     import psutil

@@ -29,9 +29,9 @@ from swarm_app.training.rollback import Best, Fall, best_of, improves, judge
 
 if TYPE_CHECKING:
     from swarm_app.session.bus import EventBus
+    from swarm_app.session.rows import RunRows
     from swarm_app.training.checkpoint import Checkpoints
     from swarm_app.training.loop import Trainer
-    from swarm_app.training.metrics_log import MetricsLog
 
 
 class Host(Protocol):
@@ -39,7 +39,7 @@ class Host(Protocol):
     module never imports the session: the session owns the guard, not the other way round."""
 
     checkpoints: "Checkpoints"
-    metrics: "MetricsLog"
+    rows: "RunRows"
     trainer: "Trainer"
     events: "EventBus"
 
@@ -47,8 +47,6 @@ class Host(Protocol):
     def backend_name(self) -> str: ...
 
     async def on_engine(self, call: Callable, *args) -> Any: ...
-
-    def append_row(self, row: dict) -> None: ...
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +62,7 @@ class RollbackGuard:
     def resume(self, session: Host) -> None:
         """The best among the kept rows whose checkpoint is still on disk; `best.json` names it."""
         checkpoints = session.checkpoints
-        self.best = best_of(session.metrics.rows(), self.eval_n, checkpoints.rounds())
+        self.best = best_of(session.rows.log.rows(), self.eval_n, checkpoints.rounds())
         if self.best is not None and checkpoints.best_round() != self.best.round:
             try:
                 checkpoints.mark_best(self.best.round, self.best.accuracy, self.best.n)
@@ -104,7 +102,7 @@ class RollbackGuard:
                         "loaded (%s): training goes on without rolling back", fall.best, fall.now, fall.to_round,
                         exc.message)
             return False
-        await asyncio.to_thread(session.append_row, fall.to_row(time.time()))
+        await asyncio.to_thread(session.rows.append, fall.to_row(time.time()))
         log.info("rolled back after round %d to the adapter of round %d (held-out %.3f, best %.3f, threshold %.3f)",
                  fall.from_round, fall.to_round, fall.now, fall.best, fall.threshold)
         session.events.publish(RolledBack(fall.from_round, fall.to_round, fall.best, fall.now, fall.threshold,

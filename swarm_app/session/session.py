@@ -41,14 +41,14 @@ from swarm_app.kernel.paths import user_dirs
 from swarm_app.kernel.rollouts import RolloutExchange
 from swarm_app.kernel.runlock import RunLock
 from swarm_app.kernel.settings import Settings, describe
-from swarm_app.record.ledger import Ledger
-from swarm_app.resources.guest import LEVELS, lower_priority
+from swarm_app.resources.guest import LEVELS, lower_priority, process_memory
 from swarm_app.resources.pausing import Pausing
 from swarm_app.resources.policy import GuestPolicy
 from swarm_app.session.bus import EventBus, LogForwarder
 from swarm_app.session.engine import OpenedEngine, detect_hardware, load_checkpoint_adapter, open_engine, prepare_model
 from swarm_app.session.peering import Peering
 from swarm_app.session.rollback import RollbackGuard
+from swarm_app.session.rows import RunRows
 from swarm_app.session.run_folder import (
     check_run_matches,
     move_old_run_aside,
@@ -61,19 +61,9 @@ from swarm_app.session.solo import find_solo_curve
 from swarm_app.training.checkpoint import Checkpoints, CheckpointState
 from swarm_app.training.evaluation import EvalResult
 from swarm_app.training.loop import RoundAbandoned, RoundPlan, Trainer
-from swarm_app.training.metrics_log import MetricsLog, add_cpu, evaluation_row, train_cpu_total
+from swarm_app.training.metrics_log import evaluation_row
 
 log = logging.getLogger(__name__)
-
-
-def _process_memory() -> int:
-    """This process's resident memory in bytes (0 where psutil cannot tell): shown live, kept per round."""
-    import psutil  # deferred: ~10 ms, and only running sessions need it
-
-    try:
-        return psutil.Process().memory_info().rss
-    except psutil.Error:
-        return 0
 
 
 def _settle(loop: asyncio.AbstractEventLoop, future: asyncio.Future, exc: BaseException | None) -> None:
@@ -118,10 +108,8 @@ class Session:
         """Detected in open() (on the loading thread: a CUDA probe may import torch)."""
         self.fresh = options.fresh
         self.run_dir = run_dir_of(settings)
-        self.metrics = MetricsLog(self.run_dir / "metrics.jsonl")
+        self.rows = RunRows(self.run_dir / "metrics.jsonl")
         self.checkpoints = Checkpoints(self.run_dir)
-        self.ledger = Ledger()
-        """The run's participant record, folded from every row written (record/ledger.py)."""
         self.guard = RollbackGuard(settings.train.rollback, settings.train.eval_n)
         """Keeps the best-evaluated checkpoint and goes back to it when held-out accuracy falls (rollback.py)."""
         self.trainer: Trainer | None = None
@@ -129,11 +117,7 @@ class Session:
         self.model = None
         self.peering = Peering(self.events, exchange)  # the peer node: built, started, watched, stopped
         self.seed = 0
-        self.last_row: dict = {}
         self.next_round = 1
-        self.metrics_rows = 0
-        self.cpu_spent: float | None = 0.0
-        """Engine CPU seconds of the run's rounds so far, evaluations left out (None: a row lacks the figure)."""
         self.last_checkpoint = ""
         self.pausing = Pausing(self._poke)
         """The user's pause and the pause rules' hold (resources/pausing.py)."""
@@ -234,14 +218,13 @@ class Session:
         if self.checkpoints.exists():
             self._resume(backend)
         else:
-            self.metrics.keep_rounds(0)  # rows of rounds that never reached a checkpoint
-        self.ledger = Ledger.of_rows(self.metrics.all_rows())
-        self.cpu_spent = train_cpu_total(self.metrics.rows())
+            self.rows.log.keep_rounds(0)  # rows of rounds that never reached a checkpoint
+        self.rows.reopen()
         write_run_file(self.run_dir, model_dir, self.settings, self.seed, self.backend_name)
         if self.exchange is None and self.peer_config is not None:
-            self.exchange = self.peering.build(lambda: self.last_row)
+            self.exchange = self.peering.build(lambda: self.rows.last_round)
         self.trainer = Trainer(backend, self._plan(specs), self.exchange, self._report)
-        self.trainer.supply.replay(self.metrics.rows())  # a resumed run's adaptive update goes on as it was
+        self.trainer.supply.replay(self.rows.log.rows())  # a resumed run's adaptive update goes on as it was
 
     def _relock(self) -> None:
         """After --fresh moved the old run (and its lock file) aside: lock the new folder, then let go of the old."""
@@ -291,8 +274,7 @@ class Session:
 
     def _resume(self, backend) -> None:
         state, folder = self.checkpoints.restore(lambda folder: load_checkpoint_adapter(backend, self.backend_name, folder))
-        self.metrics.keep_rounds(state.round)
-        self.metrics_rows = len(self.metrics.rows())
+        self.rows.log.keep_rounds(state.round)
         self.guard.resume(self)
         self.last_checkpoint = str(folder)
         self.next_round = state.round + 1
@@ -364,7 +346,7 @@ class Session:
                                        offline=self.peer_node is None,
                                        resources=self.guest.describe(self.settings.resources.level, self.priority),
                                        external=self.settings.train.external))
-        self.events.publish(RecordUpdated(self.ledger.record()))
+        self.events.publish(RecordUpdated(self.rows.ledger.record()))
         last_saved = last_done = self.next_round - 1
         reason, error = "finished", None
         watchers: list[asyncio.Future] = []
@@ -385,10 +367,8 @@ class Session:
                     metrics = await self.on_engine(self._run_round_as_guest, t)
                 except RoundAbandoned:
                     break
-                self.cpu_spent = add_cpu(self.cpu_spent, metrics.train_cpu_s)
-                metrics = dataclasses.replace(metrics, rss_bytes=_process_memory(), train_cpu_total_s=self.cpu_spent,
-                                              **self.peering.figures())
-                await asyncio.to_thread(self._record, metrics.to_row())
+                metrics = self.rows.with_cpu_total(metrics, rss_bytes=process_memory(), **self.peering.figures())
+                await asyncio.to_thread(self.rows.add_round, metrics.to_row())
                 last_done, self.next_round = t, t + 1
                 self.events.publish(RoundFinished(metrics))
                 best = await self.guard.after_round(self, metrics)
@@ -396,7 +376,7 @@ class Session:
                     last_saved = await self._save(t)
                 if best is not None:
                     await self.guard.mark(self, best)
-                self.events.publish(RecordUpdated(self.ledger.record()))
+                self.events.publish(RecordUpdated(self.rows.ledger.record()))
             if self._stopping:
                 reason = "interrupted"
             elif self.options.final_evaluation:
@@ -458,21 +438,9 @@ class Session:
             return None
         row = evaluation_row(round_index, kind, result.accuracy, result.n, result.per_task,
                              round(time.perf_counter() - started, 3), time.time())
-        await asyncio.to_thread(self.append_row, row)
-        self.events.publish(RecordUpdated(self.ledger.record()))
+        await asyncio.to_thread(self.rows.append, row)
+        self.events.publish(RecordUpdated(self.rows.ledger.record()))
         return result
-
-    def append_row(self, row: dict) -> None:
-        try:
-            self.metrics.append(row)
-        except OSError as exc:
-            raise write_failed(self.metrics.path, exc) from None
-        self.ledger.fold(row)
-
-    def _record(self, row: dict) -> None:
-        self.append_row(row)
-        self.last_row = row
-        self.metrics_rows += 1
 
     async def _publish_solo_curve(self) -> None:
         """For a node that learns from peers: a solo run of the same model to compare with, when one is found
@@ -498,7 +466,7 @@ class Session:
             log.log(logging.INFO if same else logging.WARNING, "%s", exc.message)
 
     async def _save(self, t: int) -> int:
-        state = CheckpointState(t, self.metrics_rows, self.trainer.backend.model_id, self.backend_name)
+        state = CheckpointState(t, self.rows.rounds, self.trainer.backend.model_id, self.backend_name)
         try:
             folder = await self.on_engine(self.checkpoints.save, state, self.trainer.backend.save_adapter)
         except OSError as exc:
