@@ -51,9 +51,11 @@ class BothCpusFree:
         return 2.0
 
 
-def test_each_round_runs_on_the_tuners_count_and_a_slower_probe_is_dropped(stub_model, tmp_path, monkeypatch):
+def tuned_rounds(stub_model, tmp_path, monkeypatch, free_cpus: type) -> list[dict]:
+    """The rows of an 8-round session on the fake CPU engine whose threads the tuner may set (1 or 2), with the
+    CPUs other programs leave free read by `free_cpus`."""
     monkeypatch.setitem(registry.ENGINES, "fake", "tests.session.test_guest_session:ThreadedFake")
-    monkeypatch.setattr("swarm_app.resources.policy.FreeCpus", BothCpusFree)
+    monkeypatch.setattr("swarm_app.resources.policy.FreeCpus", free_cpus)
     monkeypatch.setattr(ThreadedFake, "calls", [])
     settings = make_settings(stub_model, tmp_path / "run", 8)
     settings.resources.level, settings.resources.cpu_share = "full", 100
@@ -63,7 +65,11 @@ def test_each_round_runs_on_the_tuners_count_and_a_slower_probe_is_dropped(stub_
     session = Session(settings)
     session.hardware = TWO_CORES  # the fake engine probes no hardware: say it (open() keeps a set one)
     asyncio.run(session.run())
-    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    return [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_each_round_runs_on_the_tuners_count_and_a_slower_probe_is_dropped(stub_model, tmp_path, monkeypatch):
+    rows = tuned_rounds(stub_model, tmp_path, monkeypatch, BothCpusFree)
     threads = [row["threads"] for row in rows]
     print(f"\nthreads per round {threads}; set_threads calls {ThreadedFake.calls}")
     assert 2 in threads, threads  # the tuner probed 2 threads and the round really ran on them...
@@ -81,16 +87,6 @@ class NoCpuFree(BothCpusFree):
 def test_no_probe_runs_while_other_programs_keep_the_cpus_busy(stub_model, tmp_path, monkeypatch):
     """The same session with the other CPU read busy: the tuner never tries 2 threads (issue 38: the probe round
     behind a busy core cost a short run a quarter of its time)."""
-    monkeypatch.setitem(registry.ENGINES, "fake", "tests.session.test_guest_session:ThreadedFake")
-    monkeypatch.setattr("swarm_app.resources.policy.FreeCpus", NoCpuFree)
-    monkeypatch.setattr(ThreadedFake, "calls", [])
-    settings = make_settings(stub_model, tmp_path / "run", 8)
-    settings.resources.level, settings.resources.cpu_share = "full", 100
-    settings.resources.pause_when_busy, settings.resources.pause_on_battery = False, False
-    settings.model.threads, settings.resources.threads = 0, 2
-    session = Session(settings)
-    session.hardware = TWO_CORES
-    asyncio.run(session.run())
-    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    rows = tuned_rounds(stub_model, tmp_path, monkeypatch, NoCpuFree)
     assert len(rows) == 8 and {row["threads"] for row in rows} == {1}
     assert 2 not in ThreadedFake.calls[1:]  # (the first call is the level's cap, set when the engine attaches)

@@ -32,17 +32,25 @@ STANDING_FLOOR = 0.1
 """Weight of a new author's groups in the external draw, against 1.0 for one with full standing."""
 
 
+def _parsed(ip: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """`ip` (brackets allowed) as an address, an IPv4-mapped IPv6 one as its IPv4; None when unparsable."""
+    try:
+        address = ipaddress.ip_address(ip.strip("[]"))
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
+
+
 @functools.lru_cache(maxsize=16384)
 def prefix_of(ip: str) -> str:
     """The source's network: its /24 (IPv4) or /48 (IPv6); anything unparsable stands for itself.
     Cached: it is asked for every admitted rollout and every dial, about a few thousand distinct
     addresses, and parsing one costs ~10 us."""
-    try:
-        address = ipaddress.ip_address(ip.strip("[]"))
-    except ValueError:
+    address = _parsed(ip)
+    if address is None:
         return ip
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
     bits = 24 if address.version == 4 else 48
     return str(ipaddress.ip_network(f"{address}/{bits}", strict=False))
 
@@ -58,12 +66,9 @@ LAN_NETWORKS = tuple(ipaddress.ip_network(n) for n in (
 @functools.lru_cache(maxsize=16384)
 def is_private(ip: str) -> bool:
     """Whether `ip` is in a private network (LAN_NETWORKS); False for anything unparsable."""
-    try:
-        address = ipaddress.ip_address(ip.strip("[]"))
-    except ValueError:
+    address = _parsed(ip)
+    if address is None:
         return False
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
     return any(address in network for network in LAN_NETWORKS if network.version == address.version)
 
 

@@ -145,6 +145,37 @@ def read(status: Path) -> dict:
         return {}
 
 
+def heard_enough(states: dict[str, dict]) -> bool:
+    """Every node admitted rollouts of all but at most two of the others."""
+    ids = {s.get("node") for s in states.values()}
+    return all(len(set(s.get("authors", [])) & ids) >= len(ids) - 2 for s in states.values())
+
+
+def watch(nodes: dict[str, tuple[str, Path]], procs: list[subprocess.Popen], reached, seconds: float):
+    """Wait for every node's status file, then poll once a second for `seconds` at most: when `reached(states)`
+    first held (seconds since all were up; None: never), stopping once it has and `heard_enough`. The processes
+    are stopped; returns that time, the nodes' last states and the tails of their stderr."""
+    reached_at = None
+    try:
+        # the clock starts once every node runs: eight interpreters starting on a busy 2-core machine take a while
+        up_by = time.monotonic() + STARTUP_S
+        while not all(status.exists() for _, status in nodes.values()) and time.monotonic() < up_by:
+            time.sleep(0.5)
+        started = time.monotonic()
+        while time.monotonic() - started < seconds:
+            states = {name: read(status) for name, (_, status) in nodes.items()}
+            if reached_at is None and reached(states):
+                reached_at = time.monotonic() - started
+            if reached_at is not None and heard_enough(states):
+                break
+            time.sleep(1.0)
+    finally:
+        for proc in procs:
+            proc.terminate()
+        errors = [proc.communicate(timeout=30)[1][-2000:] for proc in procs]
+    return reached_at, {name: read(status) for name, (_, status) in nodes.items()}, errors
+
+
 @pytest.mark.timeout(420)
 def test_home_nodes_are_unreachable_the_public_ones_reachable_and_all_exchange_rollouts(namespaces, tmp_path):
     netem = namespaces
@@ -154,29 +185,12 @@ def test_home_nodes_are_unreachable_the_public_ones_reachable_and_all_exchange_r
     procs = [start("p0", nodes["p0"][0], nodes["p0"][1])]
     time.sleep(1.0)
     procs += [start(name, listen, status, bootstrap) for name, (listen, status) in nodes.items() if name != "p0"]
-    classified_at = None
-    try:
-        # the clock starts once every node runs: eight interpreters starting on a busy 2-core machine take a while
-        up_by = time.monotonic() + STARTUP_S
-        while not all(status.exists() for _, status in nodes.values()) and time.monotonic() < up_by:
-            time.sleep(0.5)
-        started = time.monotonic()
-        while time.monotonic() - started < CLASSIFY_S + 20:
-            states = {name: read(status) for name, (_, status) in nodes.items()}
-            public_ok = all(states[f"p{i}"].get("reachable") is True for i in range(len(PUBLIC)))
-            homes_ok = all(states[home].get("reachable") is False for home in HOMES)
-            if public_ok and homes_ok and classified_at is None:
-                classified_at = time.monotonic() - started
-            ids = {s.get("node") for s in states.values()}
-            if classified_at is not None and all(len(set(s.get("authors", [])) & ids) >= len(ids) - 2
-                                                 for s in states.values()):
-                break
-            time.sleep(1.0)
-    finally:
-        for proc in procs:
-            proc.terminate()
-        errors = [proc.communicate(timeout=30)[1][-2000:] for proc in procs]
-    states = {name: read(status) for name, (_, status) in nodes.items()}
+
+    def classified(states: dict[str, dict]) -> bool:
+        return (all(states[f"p{i}"].get("reachable") is True for i in range(len(PUBLIC)))
+                and all(states[home].get("reachable") is False for home in HOMES))
+
+    classified_at, states, errors = watch(nodes, procs, classified, CLASSIFY_S + 20)
     summary = {name: (s.get("reachable"), s.get("witnesses"), s.get("unreached"), len(s.get("authors", [])))
                for name, s in states.items()}
     print(f"\nnetem {'on (40 ms ± 10 ms, 1% loss)' if netem else 'not in this kernel: no delay or loss'}; "
@@ -206,26 +220,8 @@ def test_home_nodes_find_the_public_nodes_by_the_swarms_name_alone_on_the_dht(na
     time.sleep(1.0)
     procs += [start(home, listen, status, dht=(f"0.0.0.0:{DHT_PORT}", dht_of[0]))
               for home, (listen, status) in nodes.items() if home in HOMES]
-    linked_at = None
-    try:
-        up_by = time.monotonic() + STARTUP_S
-        while not all(status.exists() for _, status in nodes.values()) and time.monotonic() < up_by:
-            time.sleep(0.5)
-        started = time.monotonic()
-        while time.monotonic() - started < CLASSIFY_S + 30:
-            states = {name: read(status) for name, (_, status) in nodes.items()}
-            ids = {s.get("node") for s in states.values()}
-            if linked_at is None and all(states[home].get("neighbours", 0) >= 2 for home in HOMES):
-                linked_at = time.monotonic() - started
-            if linked_at is not None and all(len(set(s.get("authors", [])) & ids) >= len(ids) - 2
-                                             for s in states.values()):
-                break
-            time.sleep(1.0)
-    finally:
-        for proc in procs:
-            proc.terminate()
-        errors = [proc.communicate(timeout=30)[1][-2000:] for proc in procs]
-    states = {name: read(status) for name, (_, status) in nodes.items()}
+    linked_at, states, errors = watch(nodes, procs, lambda states: all(states[home].get("neighbours", 0) >= 2
+                                                                    for home in HOMES), CLASSIFY_S + 30)
     summary = {name: (s.get("reachable"), s.get("neighbours"), len(s.get("authors", []))) for name, s in states.items()}
     print(f"\nno bootstrap, DHT only: home nodes linked after {linked_at} s; (reachable, neighbours, authors heard) "
           f"{summary}")
