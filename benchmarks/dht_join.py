@@ -49,8 +49,8 @@ def launch(i: int, root: Path, seed_port: int, args: argparse.Namespace) -> tupl
 
 
 async def main(args: argparse.Namespace) -> None:
-    seed = DhtDiscovery(DhtConfig(routers=()), "seed", "127.40.0.1", lambda: None, lambda: False, lambda: 0,
-                        lambda addr: None)
+    seed = DhtDiscovery(DhtConfig(routers=()), "seed", "127.40.0.1", lambda: None, lambda: None, lambda: 0,
+                        lambda addr, checked: None)
     assert await seed.start()
     root = Path(tempfile.mkdtemp(prefix="dht-join-"))
     procs = [launch(i, root, seed.listen_port, args) for i in range(args.nodes)]

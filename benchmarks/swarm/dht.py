@@ -3,22 +3,25 @@ and each node's lookups and announces on the real node's schedule.
 
 What a node does is what swarm_app/peer/io/dht.py does, on the same schedule (swarm_app/peer/core/dht_timer.py
 with `DhtConfig()`'s defaults): once its DHT has bootstrapped (a latency draw, at most `first_s`) it
-announces its address while `may_announce` (the real rule: dial-back has not said "not reachable"; the
-simulator has no port mappings; hostile nodes always announce) and looks the key up, then on the timer's
-intervals, more often while it holds fewer than `hungry_below` links. Every address an answer brings that
-was not handed on in the last `SEEN_AGAIN_S` goes to the core as `add_address(addr, "dht")`: unverified,
-dialed within the core's unverified-dial budget, proven only by a hello.
+announces its address under the key `announce_key` names (the real rule, core/dht_timer.announce_key: the
+checked key once a peer dialed it back, the unchecked key before, none after a "not reachable" verdict; the
+simulator has no port mappings; hostile nodes always announce under the checked key) and looks the swarm up
+(the unchecked key too while it holds fewer than `hungry_below` links), then on the timer's intervals, more
+often while it is short of links. Every address an answer brings that was not handed on in the last
+`SEEN_AGAIN_S` goes to the core as `add_address(addr, "dht")` ("dht-unchecked" from the unchecked key):
+unverified, dialed within the core's unverified-dial budget, proven only by a hello.
 
 What the DHT does, and nothing else (`DhtModel`):
 - an announce is stored after a latency (the announce is a lookup of the closest nodes, then a store) and
   lives `ttl_s` (the Mainline DHT drops a peer about 30 minutes after its last announce): a node that left,
-  or behind NAT announced before its verdict, stays listed until then;
+  or behind NAT announced (unchecked) before its verdict, stays listed until then;
 - a lookup answers after a latency, uniform in `latency_s`, all at once (libtorrent's replies come as they
   arrive: all at the end is the slow case); each live announcement is missed with probability `miss` (the
   closest nodes that store it did not answer, or the lookup ended before reaching them), and of the rest at
   most `answer_max` come back, drawn at random (a get_peers reply carries at most ~100 peers);
-- poisoned answers: `dead` addresses that nobody serves, announced for the whole run, each on its own /24
-  (the worst case for the core's per-network caps), and, in a run with hostile nodes, theirs.
+- poisoned answers: `dead` addresses that nobody serves, announced under the checked key for the whole run,
+  each on its own /24 (the worst case for the core's per-network caps), and, in a run with hostile nodes,
+  theirs.
 Seeded: the DHT draws from its own `random.Random`, each node's timer from another.
 """
 
@@ -29,7 +32,7 @@ from dataclasses import dataclass
 
 from benchmarks.swarm.network import PORT, Network, SimNode
 from swarm_app.peer.core.config import DhtConfig
-from swarm_app.peer.core.dht_timer import DhtTimer
+from swarm_app.peer.core.dht_timer import CHECKED, UNCHECKED, DhtTimer, announce_key, looks_unchecked
 from swarm_app.peer.io.dht import SEEN_AGAIN_S
 
 
@@ -57,11 +60,12 @@ class SimDht:
                  seed: int = 0) -> None:
         self.net, self.model, self.config, self.seed = network, model, config, seed
         self.rng = random.Random(f"dht:{seed}")
-        self.listed: dict[str, float] = {dead_address(k): float("inf") for k in range(model.dead)}
-        """Address -> when its announcement under the swarm's key expires."""
+        self.listed: dict[str, dict[str, float]] = {
+            CHECKED: {dead_address(k): float("inf") for k in range(model.dead)}, UNCHECKED: {}}
+        """Key -> address -> when its announcement under the swarm's key expires."""
         self.lookups = self.announces = self.handed_on = 0
-        self._seen: dict[int, dict[str, float]] = {}
-        """Node index -> address -> when it was last handed on."""
+        self._seen: dict[int, dict[tuple[str, bool], float]] = {}
+        """Node index -> (address, checked) -> when it was last handed on."""
 
     def start(self, node: SimNode) -> None:
         """`node` starts its DHT now: the first lookup and announce once the DHT has bootstrapped."""
@@ -70,9 +74,15 @@ class SimDht:
         self._seen[node.index] = {}
         self.net.schedule(bootstrap_s, self._wake, node, timer)
 
-    def may_announce(self, node: SimNode) -> bool:
-        """peer/io/dht.py for_node: unless dial-back found it unreachable (no port mappings here)."""
-        return node.role != "honest" or node.core.reachable is not False
+    def announce_key(self, node: SimNode) -> str | None:
+        """peer/io/dht.py for_node (no port mappings here); a hostile node claims the checked key."""
+        if node.role != "honest":
+            return CHECKED
+        return announce_key(node.core.reachable, node.core.confirmed, False)
+
+    def listed_addresses(self) -> set[str]:
+        """Every address listed under either key, expired or not."""
+        return {addr for listed in self.listed.values() for addr in listed}
 
     def _latency(self) -> float:
         return self.rng.uniform(*self.model.latency_s)
@@ -81,33 +91,38 @@ class SimDht:
         if not node.online:
             return
         now = self.net.now
-        if timer.announce_due(now) and self.may_announce(node):
+        key = self.announce_key(node) if timer.announce_due(now) else None
+        if key is not None:
             timer.announced()
             self.announces += 1
-            self.net.schedule(self._latency(), self._stored, node.addr)
-        if timer.lookup_due(now, node.core.view.links):
+            self.net.schedule(self._latency(), self._stored, key, node.addr)
+        links = node.core.view.links
+        if timer.lookup_due(now, links):
             self.lookups += 1
-            self.net.schedule(self._latency(), self._answered, node, timer)
+            self.net.schedule(self._latency(), self._answered, node, timer, CHECKED)
+            if looks_unchecked(links, self.config.hungry_below):
+                self.net.schedule(self._latency(), self._answered, node, timer, UNCHECKED)
         self.net.schedule(max(0.05, timer.next_due - now), self._wake, node, timer)
 
-    def _stored(self, addr: str) -> None:
-        self.listed[addr] = max(self.listed.get(addr, 0.0), self.net.now + self.model.ttl_s)
+    def _stored(self, key: str, addr: str) -> None:
+        listed = self.listed[key]
+        listed[addr] = max(listed.get(addr, 0.0), self.net.now + self.model.ttl_s)
 
-    def answer(self) -> list[str]:
-        """What one lookup returns now."""
+    def answer(self, key: str = CHECKED) -> list[str]:
+        """What one lookup of `key` returns now."""
         now, miss, rng = self.net.now, self.model.miss, self.rng
-        live = [addr for addr, expires in self.listed.items() if expires > now and rng.random() >= miss]
+        live = [addr for addr, expires in self.listed[key].items() if expires > now and rng.random() >= miss]
         return rng.sample(live, min(len(live), self.model.answer_max))
 
-    def _answered(self, node: SimNode, timer: DhtTimer) -> None:
+    def _answered(self, node: SimNode, timer: DhtTimer, key: str) -> None:
         if not node.online:
             return
-        now, seen = self.net.now, self._seen[node.index]
-        for addr in self.answer():
-            last = seen.get(addr)
+        now, seen, checked = self.net.now, self._seen[node.index], key == CHECKED
+        for addr in self.answer(key):
+            last = seen.get((addr, checked))
             if last is not None and now - last < SEEN_AGAIN_S:
                 continue
-            seen[addr] = now
+            seen[addr, checked] = now
             timer.found()
             self.handed_on += 1
-            node.core.add_address(addr, "dht")
+            node.core.add_address(addr, "dht" if checked else "dht-unchecked")

@@ -135,10 +135,11 @@ def dht_figures(run: Run) -> dict[str, Any]:
     for n in nodes:
         if n.role == "honest":
             by_source.update(s.source for s in n.core.addresses.entries())
+    listed = {key: [a for a, expires in entries.items() if expires > run.net.now] for key, entries in dht.listed.items()}
     return {"dht_lookups": dht.lookups, "dht_announces": dht.announces, "dht_handed_on": dht.handed_on,
-            "dht_listed_end": sum(e > run.net.now for e in dht.listed.values()),
-            "dht_listed_unreachable_end": sum(e > run.net.now and not getattr(run.net.by_addr.get(a), "reachable", False)
-                                              for a, e in dht.listed.items()),
+            "dht_listed_end": {key: len(addrs) for key, addrs in listed.items()},
+            "dht_listed_unreachable_end": {key: sum(not getattr(run.net.by_addr.get(a), "reachable", False) for a in addrs)
+                                           for key, addrs in listed.items()},
             "address_book_sources_end": dict(sorted(by_source.items()))}
 
 

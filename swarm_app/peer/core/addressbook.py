@@ -23,11 +23,12 @@ from typing import Any, Callable
 
 from swarm_app.peer.core.sources import PUBLIC, Networks
 
-SOURCES = ("bootstrap", "mdns", "dht", "exchange", "inbound", "table")
-SELF_ANNOUNCED = ("inbound", "dht")
+SOURCES = ("bootstrap", "mdns", "dht", "dht-unchecked", "exchange", "inbound", "table")
+SELF_ANNOUNCED = ("inbound", "dht", "dht-unchecked")
 """Sources of addresses their owners announced themselves and nobody reached (an inbound peer's hello, the
-DHT under the swarm's key): most are behind NAT (a node announces before dial-back can tell it it is
-unreachable), any can be invented."""
+DHT under the swarm's keys): any can be invented; most announced in a hello or under the DHT's unchecked key
+are behind NAT (a node announces before dial-back can tell it it is unreachable). "dht": the checked key,
+where only nodes a peer dialed back announce (dht_timer.announce_key)."""
 
 
 @dataclass
@@ -110,8 +111,8 @@ class AddressBook:
             state = self._book[addr] = AddressState(addr, source, network=self.networks.of(host),
                                                     lan=self.networks.is_lan(host))
             self._trim()
-        elif source == "bootstrap":
-            state.source = "bootstrap"
+        elif source == "bootstrap" or (source == "dht" and state.source == "dht-unchecked"):
+            state.source = source
         if node_id is not None:
             state.node_id = node_id
         return state
@@ -122,7 +123,7 @@ class AddressBook:
         (most of a swarm is behind NAT) do not outrank it. (One an inbound hello announced keeps its rank: a
         bootstrapped swarm joins as fast that way, and no faster the other.)"""
         state = self._book.get(addr)
-        if state is not None and state.source == "dht":
+        if state is not None and state.source in ("dht", "dht-unchecked"):
             state.source, state.node_id = "exchange", node_id
 
     def _crowded(self, addr: str) -> bool:

@@ -7,8 +7,15 @@ caller waits for the DHT's bootstrap first); announces come `early_announce_s` a
 out, then every `announce_s`; lookups every `lookup_s`, or while the node holds fewer than `hungry_below`
 links every `hungry_s`, doubling for each lookup in a row that brought nothing new (at most 2**6 times),
 never beyond `lookup_s`. Every interval is jittered by +-20% (nodes that start together spread out).
-It decides nothing else: whether the node may announce, and what it does with what it finds, are the
-caller's.
+
+`announce_key` says under which of the swarm's two keys a node announces: CHECKED once a peer has dialed it
+back (or its router maps its port), UNCHECKED before (BitTorrent clients announce unchecked, and the first
+members of a swarm found only here could otherwise never meet), nowhere once dial-back found it unreachable.
+Most of a swarm sits behind NAT and announces before its verdict, and an announce stays listed ~30 minutes:
+under one key, four of five addresses a lookup returns would be dead. Lookups read CHECKED always and
+UNCHECKED while the node is short of links; the core dials UNCHECKED addresses only when no other is due
+(overlay.pick_dial), so they cost the unverified-dial budget only while nothing better is known.
+What the node does with what it finds is the caller's.
 """
 
 from __future__ import annotations
@@ -18,6 +25,23 @@ import random
 from swarm_app.peer.core.config import DhtConfig
 
 MAX_DOUBLINGS = 6
+
+CHECKED, UNCHECKED = "checked", "unchecked"
+"""The swarm's two keys on the DHT (peer/io/dht.py info_hash): members dial-back confirmed, and the rest."""
+
+
+def announce_key(reachable: bool | None, confirmed: bool, mapped: bool) -> str | None:
+    """Where a node announces itself: CHECKED once a peer reached it by dial-back (`confirmed`: one
+    confirmation; `reachable`: the verdict) or its router maps its port, UNCHECKED while nothing is known,
+    None once dial-back found it unreachable (it only dials out)."""
+    if reachable is False:
+        return None
+    return CHECKED if reachable or confirmed or mapped else UNCHECKED
+
+
+def looks_unchecked(links: int, hungry_below: int) -> bool:
+    """Whether a lookup also reads the UNCHECKED key: while the node holds fewer than `hungry_below` links."""
+    return links < hungry_below
 
 
 class DhtTimer:

@@ -120,7 +120,8 @@ def pick_dial(candidates: Sequence[AddressState], held_networks: set[str], rng: 
     Networks already held are passed over while any other is due (one outbound neighbour per /24 as
     long as the book allows); within that, with probability `tried_share` an address that delivered
     rollouts here before, otherwise any; never-reached addresses only when `unverified_allowed`, and
-    addresses that inbound peers merely announced only when no other is due. `vouched_only`: only
+    addresses that inbound peers merely announced only when no other is due, and those found under the
+    DHT's unchecked key (dht_timer.announce_key) only after them. `vouched_only`: only
     addresses the user named or that delivered here before (`is_vouched`). `announced_last`: addresses
     first heard of from an inbound peer's hello (`is_announced`) only when no other is due, reached since
     or not.
@@ -130,6 +131,8 @@ def pick_dial(candidates: Sequence[AddressState], held_networks: set[str], rng: 
         usable = [s for s in usable if not is_announced(s)] or usable
     heard = [s for s in usable if not is_announced(s) or s.verified]
     usable = heard or usable  # addresses inbound peers announced (often behind NAT): only when nothing else
+    checked = [s for s in usable if s.source != "dht-unchecked" or s.verified]
+    usable = checked or usable  # the DHT's unchecked key (mostly behind NAT): only when nothing else
     fresh = [s for s in usable if s.network not in held_networks]
     pool = fresh or usable
     if not pool:

@@ -85,6 +85,11 @@ class NodeCore:
         """Whether peers can dial this node from outside, as dial-back found (None: not known yet)."""
         return self.exchange.reachable
 
+    @property
+    def confirmed(self) -> bool:
+        """A peer reached this node by dial-back at least once (its signed record names where)."""
+        return bool(self.exchange.dialable)
+
     # --- time-driven decisions
 
     def tick(self, now: float) -> list[Action]:

@@ -1,15 +1,17 @@
 """Finding a swarm by its name on the BitTorrent Mainline DHT (libtorrent; the `[dht]` extra).
 
-A swarm's rendezvous key is `info_hash(name)`: sha1 of "swarm-app/rsp<version>/<name>". The node runs a
-DHT-only libtorrent session (no torrents, no BitTorrent transfers), looks the key up on start and then
-every few minutes (jittered; every `hungry_s` while it holds fewer than `hungry_below` links, backing off
-while lookups bring nothing new), and announces its peer port under the key while it may be reachable:
-dial-back said so or the router maps its port; while no verdict is in yet it announces too (BitTorrent
-clients announce unchecked: the first members of a swarm found only here could otherwise never meet), and
-a "not reachable" verdict stops it. Announces are repeated (the first may be lost while the routing table
-fills). Every address a lookup returns goes to `on_found`, which hands it to the core as an unverified
-address of source "dht": a dial to it costs the core's unverified-dial budget, and only a hello proves
-anything. What it finds is public: anyone who knows a swarm's name can list its announcing members.
+A swarm has two rendezvous keys, `info_hash(name)` (sha1 of "swarm-app/rsp<version>/<name>") for members
+a peer has dialed back, and `info_hash(name, UNCHECKED)` (".../<name>/unchecked") for the rest. The node
+runs a DHT-only libtorrent session (no torrents, no BitTorrent transfers), looks the swarm up on start and
+then every few minutes (jittered; every `hungry_s` while it holds fewer than `hungry_below` links, backing
+off while lookups bring nothing new; the unchecked key only while it is short of links), and announces its
+peer port under the key `announce_key()` names (core/dht_timer.announce_key: the checked key once dial-back
+confirmed it or the router maps its port, the unchecked key before, none after a "not reachable" verdict).
+Announces are repeated (the first may be lost while the routing table fills). Every address a lookup
+returns goes to `on_found(addr, checked)`, which hands it to the core as an unverified address of source
+"dht" or "dht-unchecked": a dial to it costs the core's unverified-dial budget, the core dials unchecked
+ones last, and only a hello proves anything. What it finds is public: anyone who knows a swarm's name can
+list its announcing members.
 
 libtorrent meets asyncio through `set_alert_fd` on one end of a non-blocking socketpair, read with
 `loop.add_reader`, then `pop_alerts()`: nothing blocks the loop, and `set_alert_notify` (which can
@@ -36,7 +38,7 @@ from swarm_app.kernel.files import write_text_atomic
 from swarm_app.peer import PROTOCOL_VERSION
 from swarm_app.peer.core.addressbook import format_address, parse_address
 from swarm_app.peer.core.config import DhtConfig
-from swarm_app.peer.core.dht_timer import DhtTimer
+from swarm_app.peer.core.dht_timer import CHECKED, UNCHECKED, DhtTimer, announce_key, looks_unchecked
 
 log = logging.getLogger(__name__)
 
@@ -49,9 +51,10 @@ SEEN_AGAIN_S = 1800.0
 """An address handed on is handed on again only after this (the core forgets dead ones after a few tries)."""
 
 
-def info_hash(swarm: str) -> bytes:
-    """The swarm's rendezvous key on the DHT (20 bytes)."""
-    return hashlib.sha1(f"swarm-app/rsp{PROTOCOL_VERSION}/{swarm}".encode()).digest()
+def info_hash(swarm: str, key: str = CHECKED) -> bytes:
+    """The swarm's rendezvous key on the DHT (20 bytes): CHECKED, or UNCHECKED (core/dht_timer.py)."""
+    suffix = "" if key == CHECKED else f"/{key}"
+    return hashlib.sha1(f"swarm-app/rsp{PROTOCOL_VERSION}/{swarm}{suffix}".encode()).digest()
 
 
 def installed() -> bool:
@@ -96,17 +99,19 @@ def state_nodes(state: Any) -> list[str]:
 
 
 class DhtDiscovery:
-    """Announce `port()` under the swarm's key while `may_announce()`, look it up, report on_found("HOST:PORT")."""
+    """Announce `port()` under the swarm's key `announce_key()` names (None: none), look the swarm up, report
+    on_found("HOST:PORT", checked)."""
 
     def __init__(self, config: DhtConfig, swarm: str, host: str, port: Callable[[], int | None],
-                 may_announce: Callable[[], bool], links: Callable[[], int], on_found: Callable[[str], None],
-                 rng: random.Random | None = None) -> None:
+                 announce_key: Callable[[], str | None], links: Callable[[], int],
+                 on_found: Callable[[str, bool], None], rng: random.Random | None = None) -> None:
         self.config, self.swarm, self.host = config, swarm, host
-        self.port, self.may_announce, self.links, self.on_found = port, may_announce, links, on_found
+        self.port, self.announce_key, self.links, self.on_found = port, announce_key, links, on_found
         self.rng = rng or random.Random()
-        self.key = info_hash(swarm)
-        self.found: OrderedDict[str, float] = OrderedDict()
-        """Addresses handed on, with when (bounded by SEEN_KEPT)."""
+        self.keys = {key: info_hash(swarm, key) for key in (CHECKED, UNCHECKED)}
+        self.key = self.keys[CHECKED]
+        self.found: OrderedDict[tuple[str, bool], float] = OrderedDict()
+        """(address, under the checked key) handed on, with when (bounded by SEEN_KEPT)."""
         self.lookups = self.announces = self.replies = 0
         self._session: Any = None
         self._pair: tuple[socket.socket, socket.socket] | None = None
@@ -209,30 +214,31 @@ class DhtDiscovery:
     def _on_alert(self, alert: Any) -> None:
         lt = self._lt
         if isinstance(alert, lt.dht_get_peers_reply_alert):
-            if bytes(alert.info_hash.to_bytes()) == self.key:
+            key = bytes(alert.info_hash.to_bytes())
+            if key in self.keys.values():
                 self.replies += 1
-                self._merge(alert.peers())
+                self._merge(alert.peers(), key == self.key)
         elif isinstance(alert, lt.dht_bootstrap_alert):
             self._bootstrapped.set()
         elif isinstance(alert, lt.listen_failed_alert):
             log.warning("DHT: %s", alert.message())
 
-    def _merge(self, peers: list[tuple[str, int]]) -> None:
+    def _merge(self, peers: list[tuple[str, int]], checked: bool) -> None:
         now = asyncio.get_running_loop().time()
         for ip, port in peers:
             if not port:
                 continue
             addr = format_address(ip, port)
-            last = self.found.get(addr)
+            last = self.found.get((addr, checked))
             if last is not None and now - last < SEEN_AGAIN_S:
                 continue
-            self.found[addr] = now
-            self.found.move_to_end(addr)
+            self.found[addr, checked] = now
+            self.found.move_to_end((addr, checked))
             while len(self.found) > SEEN_KEPT:
                 self.found.popitem(last=False)
             if self.timer is not None:
                 self.timer.found()
-            self.on_found(addr)
+            self.on_found(addr, checked)
 
     # --- the schedule
 
@@ -249,29 +255,33 @@ class DhtDiscovery:
             now = loop.time()
             if timer.announce_due(now):
                 self._announce()
-            if timer.lookup_due(now, self.links()):
-                self._lookup()
+            links = self.links()
+            if timer.lookup_due(now, links):
+                self._lookup(looks_unchecked(links, self.config.hungry_below))
             await asyncio.sleep(max(0.05, timer.next_due - loop.time()))
 
-    def _lookup(self) -> None:
+    def _lookup(self, unchecked: bool) -> None:
         self.lookups += 1
         self._session.dht_get_peers(self._lt.sha1_hash(self.key))
+        if unchecked:
+            self._session.dht_get_peers(self._lt.sha1_hash(self.keys[UNCHECKED]))
 
     def _announce(self) -> None:
-        port = self.port()
-        if not port or not self.may_announce():
+        port, key = self.port(), self.announce_key()
+        if not port or key is None:
             return
         self.announces += 1
         assert self.timer is not None
         self.timer.announced()
-        self._session.dht_announce(self._lt.sha1_hash(self.key), port, 0)
-        log.debug("DHT: announced port %d for swarm '%s'", port, self.swarm)
+        self._session.dht_announce(self._lt.sha1_hash(self.keys[key]), port, 0)
+        log.debug("DHT: announced port %d for swarm '%s' (%s)", port, self.swarm, key)
 
 
 def for_node(node: Any) -> DhtDiscovery:
     """The DHT discovery of a running `PeerNode` (peer/io/node.py), reading its state through callbacks."""
     config = node.config
     host = parse_address(node.address)[0]
+    core = node.core
     return DhtDiscovery(config.dht, config.swarm, host, lambda: node.public_port,
-                        lambda: node.core.reachable is not False or node.mapping is not None,
-                        lambda: node.core.view.links, node._found_on_dht, random.Random(node.rng.random()))
+                        lambda: announce_key(core.reachable, core.confirmed, node.mapping is not None),
+                        lambda: core.view.links, node._found_on_dht, random.Random(node.rng.random()))

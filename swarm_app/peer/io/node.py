@@ -365,9 +365,10 @@ class PeerNode:
     def _found_on_lan(self, addr: str, node_id: str | None) -> None:
         self.core.add_address(addr, "mdns", node_id)
 
-    def _found_on_dht(self, addr: str) -> None:
-        """An address announced under the swarm's key: unverified (the core's unverified-dial budget)."""
-        self.core.add_address(addr, "dht")
+    def _found_on_dht(self, addr: str, checked: bool = True) -> None:
+        """An address announced under one of the swarm's keys: unverified (the core's unverified-dial budget);
+        one from the unchecked key is dialed only when nothing else is due."""
+        self.core.add_address(addr, "dht" if checked else "dht-unchecked")
 
     # --- actions
 

@@ -11,6 +11,7 @@ from benchmarks.swarm.scenario import Run, Scenario
 from swarm_app.kernel.swarms import DEFAULT_SWARM
 from swarm_app.peer.core.actions import Dial, FetchPeers
 from swarm_app.peer.core.addressbook import AddressBook, AddressState
+from swarm_app.peer.core.dht_timer import CHECKED, UNCHECKED, announce_key, looks_unchecked
 from swarm_app.peer.core.identity import Identity
 from swarm_app.peer.core.overlay import DecayingCount, dials_due, pick_dial, rotation_victim
 from swarm_app.peer.core.protocol import ProtocolConfig
@@ -61,6 +62,36 @@ def test_dht_addresses_count_as_self_announced_until_a_peer_lists_them():
     core.on_peer_list({"records": [record.to_item()], "peers": []}, START, "20.9.4.1:4747")
     assert (dht.source, dht.node_id) == ("exchange", owner.node_id)
     assert {pick_dial([dht, heard], set(), rng, True).addr for _ in range(40)} == {dht.addr, heard.addr}
+
+
+def test_a_node_announces_on_the_checked_key_only_once_a_peer_dialed_it_back():
+    """A node behind NAT cannot know it is unreachable until three networks failed to dial it back (a minute or
+    more); meanwhile it announces, and its announce stays listed half an hour. Under the checked key only nodes
+    a peer reached (or whose router maps their port) announce, so that key lists no dead NAT'd address."""
+    assert announce_key(None, False, False) == UNCHECKED  # nothing known: the first members must meet
+    assert announce_key(None, True, False) == CHECKED  # one dial-back reached it
+    assert announce_key(True, True, False) == CHECKED
+    assert announce_key(None, False, True) == CHECKED  # the router maps its port
+    assert announce_key(False, True, True) is None  # found unreachable: it only dials out
+    assert looks_unchecked(5, 6) and not looks_unchecked(6, 6)
+
+
+def test_addresses_from_the_dhts_unchecked_key_are_dialed_only_when_nothing_else_is_due():
+    """Four of five members announced under the unchecked key sit behind NAT: a node spends its unverified
+    dials on them only after the checked key's addresses (and an address found under both ranks as checked)."""
+    core = Simulation(1, ProtocolConfig()).nodes[0].core
+    for k in range(20):
+        core.add_address(f"20.8.{k}.1:4747", "dht-unchecked")
+    core.add_address("20.9.1.1:4747", "dht")
+    unchecked = [core.addresses.get(f"20.8.{k}.1:4747") for k in range(20)]
+    checked = core.addresses.get("20.9.1.1:4747")
+    rng = random.Random(0)
+    assert all(pick_dial([*unchecked, checked], set(), rng, True) is checked for _ in range(20))
+    assert pick_dial(unchecked, set(), rng, True) in unchecked  # nothing else due: they are dialed
+    core.add_address(unchecked[0].addr, "dht")  # the owner was dialed back since, and announced checked
+    assert unchecked[0].source == "dht"
+    core.add_address(checked.addr, "dht-unchecked")  # never a step down
+    assert checked.source == "dht"
 
 
 def test_a_newcomer_dials_up_to_the_low_water_mark_at_once_and_past_it_as_links_prove_themselves():
@@ -237,7 +268,7 @@ def test_nodes_with_no_address_meet_on_the_simulated_dht_and_without_it_nobody_l
     met = Run(small(30, minutes=3.0, bootstraps=0, discovery="dht", dht_dead=30, seed=13))
     met.simulate()
     assert met.dht is not None
-    listed = set(met.dht.listed)
+    listed = met.dht.listed_addresses()
     dead = {a for a in listed if a not in met.net.by_addr or not met.net.by_addr[a].reachable}
     assert len(dead) >= 30 + 10, dead  # the poison is there: nobody serves these
     links = sorted(len(n.core.links.conns) for n in met.net.nodes)

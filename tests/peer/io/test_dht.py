@@ -14,6 +14,7 @@ import time
 import pytest
 
 from swarm_app.peer.core.config import DhtConfig
+from swarm_app.peer.core.dht_timer import CHECKED, UNCHECKED
 from swarm_app.peer.io import dht
 from swarm_app.peer.io.dht import DhtDiscovery, info_hash
 from tests.peer.helpers import make_rollouts, wait_for
@@ -27,12 +28,13 @@ FAST = DhtConfig(routers=(), first_s=2.0, lookup_s=5.0, hungry_s=1.0, announce_s
 def session(ip: str, swarm: str, port: int | None, seed: DhtDiscovery | None, found: list, **changes) -> DhtDiscovery:
     nodes = (f"127.{seed.host.split('.')[1]}.0.1:{seed.listen_port}",) if seed else ()
     config = dataclasses.replace(FAST, nodes=nodes, **changes)
-    return DhtDiscovery(config, swarm, ip, lambda: port, lambda: True, lambda: 0, found.append)
+    return DhtDiscovery(config, swarm, ip, lambda: port, lambda: CHECKED, lambda: 0,
+                        lambda addr, checked: found.append(addr))
 
 
 @pytest.fixture
 async def seed():
-    node = DhtDiscovery(FAST, "none", "127.40.0.1", lambda: None, lambda: False, lambda: 0, lambda addr: None)
+    node = DhtDiscovery(FAST, "none", "127.40.0.1", lambda: None, lambda: None, lambda: 0, lambda addr, checked: None)
     assert await node.start()
     yield node
     await node.stop()
@@ -59,6 +61,37 @@ async def test_sessions_find_each_others_ports_by_swarm_name_and_another_name_fi
         assert found["127.44.0.1"] == []  # its own name's key holds nobody
     finally:
         for s in [*members, stranger]:
+            await s.stop()
+
+
+async def test_unchecked_members_are_found_only_by_a_node_short_of_links(seed):
+    """A member no peer has dialed back announces under the swarm's unchecked key, a confirmed one under the
+    checked key; a node short of links reads both and hands each on with its key, one with enough links reads
+    the checked key alone."""
+    found: dict[str, list[tuple[str, bool]]] = {"short": [], "full": []}
+
+    def looker(ip: str, links: int, into: list) -> DhtDiscovery:
+        nodes = (f"127.40.0.1:{seed.listen_port}",)
+        return DhtDiscovery(dataclasses.replace(FAST, nodes=nodes), "lab", ip, lambda: None, lambda: None,
+                            lambda: links, lambda addr, checked: into.append((addr, checked)))
+
+    def member(ip: str, port: int, key: str) -> DhtDiscovery:
+        nodes = (f"127.40.0.1:{seed.listen_port}",)
+        return DhtDiscovery(dataclasses.replace(FAST, nodes=nodes), "lab", ip, lambda: port, lambda: key,
+                            lambda: 0, lambda addr, checked: None)
+
+    sessions = [member("127.47.0.1", 47000, CHECKED), member("127.48.0.1", 48000, UNCHECKED),
+                looker("127.49.0.1", 0, found["short"]), looker("127.39.0.1", 6, found["full"])]
+    for s in sessions:
+        assert await s.start()
+    try:
+        both = {("127.47.0.1:47000", True), ("127.48.0.1:48000", False)}
+        assert await wait_for(lambda: both <= set(found["short"]), timeout_s=30), found
+        assert await wait_for(lambda: ("127.47.0.1:47000", True) in found["full"], timeout_s=30), found
+        assert await wait_for(lambda: sessions[3].lookups >= 3, timeout_s=30)
+        assert [addr for addr, checked in found["full"] if not checked] == []
+    finally:
+        for s in sessions:
             await s.stop()
 
 
@@ -95,7 +128,7 @@ async def test_nodes_with_no_bootstrap_find_each_other_on_the_dht_and_receive_ro
         assert await wait_for(lambda: all(n.stats().neighbours >= 3 for n in nodes), timeout_s=45), \
             [n.stats().neighbours for n in nodes]
         sources = {s.source for n in nodes for s in n.core.addresses.entries()}
-        assert "dht" in sources
+        assert sources & {"dht", "dht-unchecked"}, sources
         admitted: dict[str, set[str]] = {n.node_id: set() for n in nodes}
         for n in nodes:
             n.add_listener(lambda entry, pushed, me=n.node_id: admitted[me].add(entry.author))
