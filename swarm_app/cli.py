@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import NoReturn
 
 from swarm_app import __version__
 from swarm_app.commands import chat, convert, demo, doctor, experiment, export, hub, identity, run, stats, watch
@@ -25,8 +26,7 @@ COMMANDS = (run, hub, demo, experiment, watch, chat, stats, identity, export, co
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="swarm", description="A SAPO node: train your own LoRA with a swarm of peers.",
-                                     allow_abbrev=False)
+    parser = _Parser(prog="swarm", description="A SAPO node: train your own LoRA with a swarm of peers.")
     parser.add_argument("--version", action="version", version=f"swarm-app {__version__} (protocol RSP/1 "
                         f"v{PROTOCOL_VERSION}; swarm doctor checks it against your peers)")
     add_logging_flags(parser, argparse.SUPPRESS)
@@ -50,12 +50,16 @@ def _below(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
 
 
 class _Parser(argparse.ArgumentParser):
-    """Every parser below the top one (commands, and their own subcommands, which argparse makes of the
-    same class): no abbreviated flags."""
+    """Every parser (the top one, commands, and their own subcommands, which argparse makes of the same
+    class): no abbreviated flags, one-line errors."""
 
     def __init__(self, *args, **kwargs) -> None:
         kwargs["allow_abbrev"] = False
         super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        """A bad flag or value: one line that names it and where the usage is, not argparse's usage block."""
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
 def add_logging_flags(parser: argparse.ArgumentParser, default) -> None:

@@ -208,6 +208,16 @@ def test_no_parser_takes_an_abbreviation_for_a_flag(stub_model, tmp_path, capsys
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("argv", [["hub", "--max-inbound", "abc"], ["demo", "--nodes", "x"], ["nothing"],
+                                  ["run", "--bogus"]])
+def test_a_bad_flag_or_value_is_one_line_with_where_the_usage_is(argv, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2
+    assert len(err.splitlines()) == 1 and "usage:" not in err and "--help)" in err, err
+
+
 @pytest.mark.parametrize("argv", [["run", "-v"], ["run", "--log-level", "debug"], ["-v", "run"],
                                   ["--log-level", "info", "doctor"], ["doctor", "--verbose"], ["eval", "--log-level", "warning"]])
 def test_verbose_and_log_level_go_before_or_after_the_command(argv):
