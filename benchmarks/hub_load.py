@@ -5,8 +5,13 @@ nodes are PeerNodes (swarm_app/peer/io/node.py) with the default PeerConfig (rea
 loopback trust), spread over `--procs` worker processes; client c listens and dials from 127.0.<10 + c//8>.<1 +
 c%8>: 8 addresses in each of 8 /24s, within the hub's inbound caps (8 per address, 16 per /24). Each client
 publishes a round of 8 valid groups (tests/peer/helpers.py make_rollout) every 10 to 60 s (uniform), as a real
-node does. By default each client links to the hub alone (it never asks for peer lists: leaves behind NAT whose
-only reachable node is the hub, the hub's worst case); `--mesh` lets them link to each other too. Once the hub holds
+node does. By default the clients are leaves behind NAT whose only reachable node is the hub (the hub's worst
+case): each listens on 127.1.<10 + c//8>.<1 + c%8>, where nobody dials, while the hub sees it at its dialing
+address, so the hub's dials and dial-backs to what it announces fail as they would at a NAT, its record names
+no dialable address, and the peer lists it asks for (as every node does) hold no other client. `--mesh`: each
+listens where it dials from, so the clients learn of each other from the hub's lists and link to each other
+too (once they do, a client replaces its hub link when its neighbours deliver first: overlay.useless and
+rotation, as with any neighbour that only relays duplicates). Once the hub holds
 `--links` inbound links (or `--warmup` s passed), it is sampled every 5 s for `--minutes`: RSS (VmRSS) and CPU
 time from /proc/PID, and its /metrics counters (rsp_ws_bytes_in/out: websocket message bytes; rsp_accepted;
 rsp_rollouts_served); per-minute figures are the differences over each minute.
@@ -41,6 +46,12 @@ def client_ip(c: int) -> str:
     return f"127.0.{10 + c // 8}.{1 + c % 8}"
 
 
+def behind_nat(c: int) -> str:
+    """Where leaf `c` listens without --mesh: not the address it is seen at (`client_ip`), as behind a NAT
+    without a forwarded port, so whatever dials what it announces fails (refused here, a timeout at a NAT)."""
+    return f"127.1.{10 + c // 8}.{1 + c % 8}"
+
+
 # --- a worker process: some of the client nodes
 
 
@@ -54,9 +65,9 @@ async def run_clients(first: int, count: int, hub: str, seconds: float, seed: in
     nodes = []
     for c in range(first, first + count):
         ip = client_ip(c)
-        config = PeerConfig(listen=f"{ip}:0", source_ip=ip, swarm=SWARM, bootstrap=(hub,), mdns=False, peer_table=False)
-        if not mesh:  # a leaf behind NAT in a swarm whose only reachable node is the hub: it links to the hub alone
-            config = config.with_protocol(exchange_interval_s=1e9, hungry_exchange_s=1e9)
+        listen = ip if mesh else behind_nat(c)
+        config = PeerConfig(listen=f"{listen}:0", source_ip=ip, swarm=SWARM, bootstrap=(hub,), mdns=False,
+                            peer_table=False)
         node = PeerNode(config, Identity.generate(), rng=random.Random(rng.random()))
         await node.start()
         nodes.append(node)
