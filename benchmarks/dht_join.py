@@ -21,6 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.processes import stop_all
 from swarm_app.peer.core.config import DhtConfig
 from swarm_app.peer.io.dht import DhtDiscovery
 
@@ -63,13 +64,7 @@ async def main(args: argparse.Namespace) -> None:
             accepted = [r.get("rollouts_accepted", "-") for r in rows]
             print(f"{mark:4.0f} s: neighbours {peers}; rollouts accepted {accepted}", flush=True)
     finally:
-        for proc, _ in procs:
-            proc.terminate()
-        for proc, _ in procs:
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_all(proc for proc, _ in procs)
         await seed.stop()
         print(f"logs in {root}")
 

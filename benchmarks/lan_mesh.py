@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.processes import stop_all
+
 RESULTS = Path(__file__).parent / "results"
 BANNED = re.compile(r"peer (\S+) banned for (\d+) s after repeated rejections \((.*)\)")
 
@@ -119,13 +121,7 @@ def main(args: argparse.Namespace) -> dict:
             print(f"{mark:4.0f} s: neighbours {snap['neighbours']}  rounds {snap['rounds']}  peers' groups trained on "
                   f"{snap['external_groups']}  authors used {snap['authors_used']}", flush=True)
     finally:
-        for proc, _ in procs:
-            proc.terminate()
-        for proc, _ in procs:
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_all(proc for proc, _ in procs)
     result["bans"] = bans(root, args.nodes)
     final = marks[-1] if marks else {"neighbours": [], "external_groups": []}
     want = min(6, args.nodes - 1)
