@@ -8,6 +8,7 @@ it does any --bootstrap name. Nothing leaves the machine.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
 
@@ -128,3 +129,26 @@ async def test_without_dnspython_the_node_warns_once_and_runs_on(monkeypatch, ca
 
 def test_the_seed_reads_back_as_typed():
     assert str(DnsSeed(NAME)) == f"dns:{NAME}" and str(DnsSeed(NAME, "127.0.0.1:53")) == f"dns:{NAME}@127.0.0.1:53"
+
+
+async def test_a_bug_in_one_round_is_logged_and_the_next_round_runs(monkeypatch, caplog):
+    calls = []
+    real = dns_seeds.resolve
+
+    async def buggy_once(seed, timeout_s):
+        calls.append(seed)
+        if len(calls) == 1:
+            raise KeyError("bug")
+        return await real(seed, timeout_s)
+
+    monkeypatch.setattr(dns_seeds, "resolve", buggy_once)
+    found: list[str] = []
+    async with serving({(NAME, "TXT"): ['"127.91.0.7:4007"']}) as (zone, server):
+        seeds = dns_seeds.DnsSeeds((DnsSeed(NAME, server),), found.append, every_s=0.1)
+        task = asyncio.create_task(seeds.run())
+        try:
+            assert await wait_for(lambda: found, timeout_s=10)
+        finally:
+            task.cancel()
+    assert len(calls) >= 2 and found[0] == "127.91.0.7:4007"
+    assert any(r.getMessage() == "DNS seeds: resolving failed; asking again later" and r.exc_info for r in caplog.records)
