@@ -124,11 +124,16 @@ def format_joined(e: SwarmJoined) -> str:
     name = f"swarm {e.swarm!r}" if e.swarm else "swarm"
     others = "the DHT by the swarm's name, the LAN and the saved peer table" if e.dht else \
         "the LAN and the saved peer table"
-    where = (f"dialing {e.bootstrap} bootstrap address{'es' if e.bootstrap > 1 else ''}; looking on {others}"
-             if e.bootstrap else f"no bootstrap address (none ships: give one with --bootstrap HOST:PORT); looking on "
-             f"{others}")
+    dialing = [f"dialing {e.bootstrap} bootstrap address{'es' if e.bootstrap > 1 else ''}"] if e.bootstrap else []
+    dialing += [_dns_seeds(e.dns_seeds)] if e.dns_seeds else []
+    where = (f"{' and '.join(dialing)}; looking on {others}" if dialing
+             else f"no bootstrap address (none ships: give one with --bootstrap HOST:PORT); looking on {others}")
     line = f"{name}: node {e.node_id} listening on {e.address}; {where}; 0 peers so far (training goes on meanwhile)"
     return line + (f"\nreachable from outside: checking (asking peers to dial port {e.port} back)" if e.port else "")
+
+
+def _dns_seeds(count: int) -> str:
+    return f"asking {count} DNS seed{'s' if count > 1 else ''} for addresses (now and every 10 minutes)"
 
 
 def format_hub_started(e: HubStarted) -> str:
@@ -136,6 +141,7 @@ def format_hub_started(e: HubStarted) -> str:
     others = ("looking on the DHT by the swarm's name (announcing there once reachable)" if e.dht
               else "DHT off (--no-dht, or the [dht] extra is missing)")
     where = f"dialing {e.bootstrap} address{'es' if e.bootstrap != 1 else ''}" if e.bootstrap else "no bootstrap address"
+    where += f" and {_dns_seeds(e.dns_seeds)}" if e.dns_seeds else ""
     line = (f"hub for swarm {e.swarm!r}: node {e.node_id} listening on {e.address} (no model: it admits, relays and "
             f"answers dial-backs; up to {e.max_inbound} inbound links); {where}; {others}; "
             f"a status line every minute")

@@ -32,6 +32,14 @@ def test_without_a_bootstrap_address_it_says_none_ships_and_where_it_looks():
     assert "looking on the DHT by the swarm's name, the LAN and the saved peer table" in line
 
 
+def test_the_start_line_names_dns_seeds_with_or_without_bootstrap_addresses():
+    (line, _) = lines(SwarmJoined("ab" * 16, "0.0.0.0:47470", "my-lab", 0, 47470, dns_seeds=1))
+    assert "; asking 1 DNS seed for addresses (now and every 10 minutes); looking on the LAN" in line
+    assert "no bootstrap address" not in line
+    (line, _) = lines(SwarmJoined("ab" * 16, "0.0.0.0:47470", "my-lab", 2, 47470, dns_seeds=2))
+    assert "dialing 2 bootstrap addresses and asking 2 DNS seeds for addresses" in line
+
+
 def test_unreachable_says_it_still_works_and_what_to_forward():
     said = lines(ReachabilityChanged(False, 47470, 5, "easy"))
     assert said[0] == ("swarm 'easy', 5 peers: reachable from outside: no (peers cannot dial port 47470 here); it "

@@ -3,7 +3,8 @@
 Owns the report: hardware, every known engine (installed, usable, why not, the exact install command),
 the engine `auto` picks and the recommended sizing, the model `--model` resolves to, the user paths,
 whether the listen port is free, the swarm the node would join and whether its bootstrap and `--peer`
-addresses answer a TCP connect (2 s each, all at once; with their swarm and version from /info), and
+addresses answer a TCP connect (2 s each, all at once; with their swarm and version from /info; a `dns:` seed's
+records are read first, 3 s, and the addresses they list are tried too), and
 whether peers outside can reach this machine: with the listen port free and a peer answering, a throwaway
 probe server on the port asks up to 3 of them to dial it back (peer/io/reachability.py check_once; 10 s),
 and the report says what the answer means and how to fix it. `failed` lists the checks that failed (no
@@ -27,7 +28,7 @@ from pathlib import Path
 from backends import registry
 from backends.base import BackendError, Hardware
 from swarm_app.kernel import hardware, sizing, swarms
-from swarm_app.kernel.errors import SwarmError
+from swarm_app.kernel.errors import SwarmError, UsageError
 from swarm_app.kernel.paths import user_dirs
 from swarm_app.kernel.settings import Settings
 from swarm_app.resources.guest import limits
@@ -37,6 +38,8 @@ from swarm_app.session.model import ResolvedModel
 from swarm_app.session.recommendations import read_recommendations
 
 PEER_TIMEOUT_S = 2.0
+DNS_TIMEOUT_S = 3.0
+"""A DNS seed's records are asked for this long (a node waits 5 s, but keeps asking every 10 minutes)."""
 ENGINE_MODULES = {"torch": ("torch", "transformers", "peft"), "mlx": ("mlx", "mlx_lm"),
                   "llama_cpp": ("llama_cpp", "gguf"), "fake": ()}
 PYTORCH_INDEX = "https://download.pytorch.org/whl"
@@ -111,7 +114,11 @@ def build_report(settings: Settings, hw: Hardware, pace: bool = False) -> dict:
         "swarm": _swarm(settings),
         "pace": _pace(settings, hw, resolved) if pace and chosen else PACE_HINT,
     }
-    targets = report["swarm"]["bootstrap"] + [a for a in settings.peer.peers if a not in report["swarm"]["bootstrap"]]
+    from swarm_app.peer.core.config import is_dns_seed
+
+    swarm = report["swarm"]
+    typed = [a for a in dict.fromkeys(swarm["bootstrap"] + list(settings.peer.peers)) if not is_dns_seed(a)]
+    targets = list(dict.fromkeys(typed + [a for seed in swarm["dns_seeds"] for a in seed["addresses"]]))
     report["peers"] = asyncio.run(_peers(targets, report["swarm"]["name"])) if targets else []
     report["reachability"] = _reachability(settings, report)
     report["failed"] = failed_checks(report, settings.peer.enabled)
@@ -142,21 +149,46 @@ def _swarm(settings: Settings) -> dict:
     name = swarms.swarm_name(settings.peer.swarm, settings.tasks.preset)
     given = "peer.bootstrap" in settings.given
     bootstrap = list(settings.peer.bootstrap) if given else list(swarms.shipped_bootstrap(name))
+    seeds = _dns_seeds(bootstrap + list(settings.peer.peers))
     return {"name": name, "bootstrap": bootstrap, "bootstrap_from": "settings" if given else "shipped with the app",
-            "discovery": _discovery(settings, name, bootstrap)}
+            "dns_seeds": seeds, "discovery": _discovery(settings, name, bootstrap, seeds)}
 
 
-def _discovery(settings: Settings, name: str, bootstrap: list[str]) -> list[str]:
-    """Where a node finds peers, one line each: the DHT (and what it reveals), mDNS, bootstrap, peer table."""
+def _discovery(settings: Settings, name: str, bootstrap: list[str], seeds: list[dict] = ()) -> list[str]:
+    """Where a node finds peers, one line each: the DHT (and what it reveals), mDNS, bootstrap, DNS seeds (when
+    some are given), peer table."""
+    from swarm_app.peer.core.config import is_dns_seed
     from swarm_app.peer.io.dht import status_line
 
     peer = settings.peer
     on = peer.enabled
     table = user_dirs().data / "peers.json"
+    addresses = [a for a in bootstrap + list(peer.peers) if not is_dns_seed(a)]
     return [status_line(on and peer.dht, name),
             "mDNS (this LAN): " + ("on" if on and peer.mdns else "off"),
-            f"bootstrap and --peer: {len(bootstrap) + len(peer.peers)} address(es)",
+            f"bootstrap and --peer: {len(addresses)} address(es)",
+            *(seed["text"] for seed in seeds),
             "peer table: " + (f"{table}" if table.exists() else "none saved yet")]
+
+
+def _dns_seeds(entries: list[str]) -> list[dict]:
+    """Each `dns:` entry resolved once, as a node would at start: {"seed", "addresses", "text"} (the line that
+    says what it found, or what is wrong with the entry or its records)."""
+    from swarm_app.peer.core.config import check_dns_seed, is_dns_seed
+    from swarm_app.peer.io import dns_seeds
+
+    seeds, bad = [], []
+    for entry in dict.fromkeys(e for e in entries if is_dns_seed(e)):
+        try:
+            seeds.append(check_dns_seed(entry, "DNS seed"))
+        except UsageError as exc:
+            bad.append({"seed": entry, "addresses": [], "text": str(exc)})
+
+    async def resolve_all() -> list:
+        return list(await asyncio.gather(*(dns_seeds.resolve(seed, DNS_TIMEOUT_S) for seed in seeds)))
+
+    found = asyncio.run(resolve_all()) if seeds else []
+    return bad + [{"seed": str(f.seed), "addresses": f.addresses, "text": f.summary()} for f in found]
 
 
 def _reachability(settings: Settings, report: dict) -> dict:

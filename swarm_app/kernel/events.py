@@ -192,6 +192,8 @@ class SwarmJoined(Event):
     """The port peers would dial: the one to forward on a home router (0: reachability is not checked)."""
     dht: bool = False
     """Whether the node looks its swarm up by name on the Mainline DHT (on, and libtorrent installed)."""
+    dns_seeds: int = 0
+    """DNS names whose records list more addresses to dial first (`--bootstrap dns:NAME`)."""
 
 
 @dataclass(frozen=True)
@@ -354,6 +356,7 @@ class HubStarted(Event):
     port: int = 0
     """The port peers are asked to dial back (0: reachability is not checked)."""
     dht: bool = False
+    dns_seeds: int = 0
 
 
 @dataclass(frozen=True)

@@ -121,9 +121,11 @@ class PeerSettings:
     swarm: str = setting("", "Swarm to join, by name: nodes of other swarms are refused. Empty: the public swarm of "
                          "the task preset (easy, paper). Lowercase letters, digits, '.', '_', '-'.",
                          flag="--swarm", metavar="NAME")
-    bootstrap: list = setting([], "Bootstrap addresses, HOST:PORT each, dialed first to join the swarm. Not given: "
-                              "the list the app ships for a public swarm (empty so far: no public bootstrap node "
-                              "runs yet). Given: replaces that list.", flag="--bootstrap", metavar="HOST:PORT")
+    bootstrap: list = setting([], "Bootstrap addresses, HOST:PORT each, dialed first to join the swarm; or dns:NAME "
+                              "(dns:NAME@IP:PORT: ask that DNS server), whose SRV or TXT records list them (needs "
+                              "dnspython: pip install \"swarm-app[dns]\"). Not given: the list the app ships for a "
+                              "public swarm (empty so far: no public bootstrap node runs yet). Given: replaces that "
+                              "list.", flag="--bootstrap", metavar="HOST:PORT")
     peers: list = setting([], "Peers to dial first, HOST:PORT each, on top of the bootstrap list (more come from "
                           "mDNS, peer exchange, the peer table).", flag="--peer", metavar="HOST:PORT")
     upnp: bool = setting(True, "Ask the home router to forward the listen port with UPnP (needs the extra: pip install "

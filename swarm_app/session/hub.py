@@ -126,7 +126,7 @@ class Hub:
 
         return HubStarted(node.node_id, node.address or "", config.swarm, config.protocol.max_inbound,
                           len(config.bootstrap), 0 if config.local_only else node.public_port or 0,
-                          config.dht is not None and installed())
+                          config.dht is not None and installed(), len(config.dns_seeds))
 
     async def _report(self) -> None:
         """HubStatus every `status_s`: counters since the previous one."""

@@ -75,7 +75,8 @@ class Peering:
         from swarm_app.peer.io.dht import installed  # the node is built: aiohttp and the peer layer are loaded
 
         self.events.publish(SwarmJoined(node.node_id, node.address or "", node.config.swarm, len(node.config.bootstrap),
-                                        checked or 0, node.config.dht is not None and installed()))
+                                        checked or 0, node.config.dht is not None and installed(),
+                                        len(node.config.dns_seeds)))
 
     async def watch(self, interval_s: float = 1.0) -> None:
         """Peer events for the views, from the node's snapshot once a second."""
@@ -110,7 +111,7 @@ class Peering:
 
     def _warn_when_alone(self, neighbours: int) -> None:
         """Say once (until a peer connects) that the peers the user named cannot be reached."""
-        bootstrap = self.config.bootstrap if self.config else ()
+        bootstrap = [*self.config.bootstrap, *map(str, self.config.dns_seeds)] if self.config else ()
         if neighbours or not bootstrap:
             self._alone_warned = False
         elif not self._alone_warned:
@@ -129,7 +130,8 @@ def peer_config(settings: Settings):
     listen = check_address(peer.listen, "peer.listen")
     config = PeerConfig(listen=listen, identity_name=peer.identity, source_ip=loopback_source(listen),
                         swarm=swarms.swarm_name(peer.swarm, settings.tasks.preset),
-                        bootstrap=bootstrap_addresses(settings), mdns=peer.mdns, upnp=peer.upnp, dht=dht_config(settings),
+                        bootstrap=bootstrap_addresses(settings), dns_seeds=dns_seeds(settings), mdns=peer.mdns,
+                        upnp=peer.upnp, dht=dht_config(settings),
                         metrics_listen=check_address(peer.metrics_listen, "peer.metrics_listen") if peer.metrics_listen else None)
     return config.with_protocol(share=peer.share)
 
@@ -167,17 +169,31 @@ def dht_config(settings: Settings):
                      state_path=user_dirs().data / STATE_NAME)
 
 
-def bootstrap_addresses(settings: Settings) -> tuple[str, ...]:
-    """Where the node dials first: `[peer] bootstrap` where any layer set it, else the list shipped for its
-    swarm; then `[peer] peers`; each checked (UsageError naming the setting), duplicates dropped."""
-    from swarm_app.peer.core.config import check_dial_address
-
+def bootstrap_entries(settings: Settings) -> list[tuple[str, str]]:
+    """Where the node looks first, as typed, each with what it is called in an error: `[peer] bootstrap` where
+    any layer set it, else the list shipped for its swarm; then `[peer] peers`."""
     peer = settings.peer
     swarm = swarms.swarm_name(peer.swarm, settings.tasks.preset)
     given = "peer.bootstrap" in settings.given
     bootstrap = peer.bootstrap if given else swarms.shipped_bootstrap(swarm)
-    checked = ([check_dial_address(a, "bootstrap address") for a in bootstrap]
-               + [check_dial_address(a, "peer address") for a in peer.peers])
+    return [(a, "bootstrap address") for a in bootstrap] + [(a, "peer address") for a in peer.peers]
+
+
+def bootstrap_addresses(settings: Settings) -> tuple[str, ...]:
+    """Where the node dials first: the HOST:PORT entries of `bootstrap_entries`, each checked (UsageError naming
+    the setting), duplicates dropped."""
+    from swarm_app.peer.core.config import check_dial_address, is_dns_seed
+
+    checked = [check_dial_address(a, what) for a, what in bootstrap_entries(settings) if not is_dns_seed(a)]
+    return tuple(dict.fromkeys(checked))
+
+
+def dns_seeds(settings: Settings) -> tuple:
+    """The `dns:NAME[@IP:PORT]` entries of `bootstrap_entries`, each checked (UsageError), duplicates dropped."""
+    from swarm_app.peer.core.config import check_dns_seed, is_dns_seed
+
+    checked = [check_dns_seed(a, what.replace("address", "DNS seed")) for a, what in bootstrap_entries(settings)
+               if is_dns_seed(a)]
     return tuple(dict.fromkeys(checked))
 
 

@@ -220,7 +220,8 @@ def test_doctor_names_the_swarm_and_asks_a_peer_to_dial_it_back(capsys, monkeypa
         report = doctor_json(capsys, monkeypatch, None, "--listen", "127.0.0.1:0", "--bootstrap", helper.address)
         reach = report["reachability"]
         swarm = {k: v for k, v in report["swarm"].items() if k != "discovery"}
-        assert swarm == {"name": "easy", "bootstrap": [helper.address], "bootstrap_from": "settings"}
+        assert swarm == {"name": "easy", "bootstrap": [helper.address], "bootstrap_from": "settings",
+                         "dns_seeds": []}
         assert report["peers"][0]["swarm"] == "easy" and report["peers"][0]["update"] == ""
         assert reach["checked"] and reach["reachable"] is True and reach["confirmed"] == 1 and reach["port"] > 0
         assert helper.dialback.counters["served"] == 1

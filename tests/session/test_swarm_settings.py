@@ -48,6 +48,17 @@ def test_flags_env_and_config_name_the_swarm_and_its_bootstrap(tmp_path, monkeyp
     assert config_of(tmp_path, "--swarm", "lab1", toml=toml).swarm == "lab1"  # flag over env
 
 
+def test_dns_seeds_are_bootstrap_entries_apart_from_the_addresses(tmp_path):
+    from swarm_app.peer.core.config import DnsSeed
+
+    config = config_of(tmp_path, "--bootstrap", "dns:_swarm._tcp.example.org", "--bootstrap", "10.0.0.5:1",
+                       "--bootstrap", "dns:seeds.example.org@127.0.0.1:5353", "--peer", "dns:_swarm._tcp.example.org")
+    assert config.bootstrap == ("10.0.0.5:1",)
+    assert config.dns_seeds == (DnsSeed("_swarm._tcp.example.org"), DnsSeed("seeds.example.org", "127.0.0.1:5353"))
+    assert config_of(tmp_path, toml='[peer]\nbootstrap = ["dns:seeds.example.org@[::1]:53"]\n').dns_seeds == \
+        (DnsSeed("seeds.example.org", "[::1]:53"),)
+
+
 @pytest.mark.parametrize("argv, env, words", [
     (["--swarm", "My Lab"], {}, "swarm name 'My Lab': use 1 to 64 lowercase letters"),
     ([], {"SWARM_PEER_SWARM": "-x"}, "swarm name '-x'"),
@@ -55,6 +66,12 @@ def test_flags_env_and_config_name_the_swarm_and_its_bootstrap(tmp_path, monkeyp
     (["--bootstrap", "10.0.0.1:0"], {}, "bootstrap address '10.0.0.1:0': port 0 cannot be dialed"),
     ([], {"SWARM_PEER_BOOTSTRAP": "a b:5"}, "'a b' is neither an IP address nor a host name"),
     (["--peer", "10.0.0.1:99999"], {}, "peer address '10.0.0.1:99999': port 99999 out of range"),
+    (["--bootstrap", "dns:"], {}, "bootstrap DNS seed 'dns:': '' is not a DNS name; write it as dns:NAME or "
+     "dns:NAME@IP:PORT"),
+    (["--bootstrap", "dns:seeds.example.org@bad"], {}, "the DNS server 'bad' is not IP:PORT"),
+    (["--bootstrap", "dns:seeds.example.org@ns.example.org:53"], {}, "the DNS server 'ns.example.org:53' is not IP:PORT"),
+    (["--peer", "dns:a b.org"], {}, "peer DNS seed 'dns:a b.org': 'a b.org' is not a DNS name"),
+    ([], {"SWARM_PEER_BOOTSTRAP": "dns:x.org@10.0.0.1:0"}, "'dns:x.org@10.0.0.1:0': port 0 cannot be asked"),
     ([], {"SWARM_PEER_DHT": "true", "SWARM_PEER_DHT_NODES": "127.1.0.1"},
      "peer.dht_nodes address '127.1.0.1': address '127.1.0.1' is not HOST:PORT"),
 ])

@@ -57,6 +57,19 @@ class DhtConfig:
 
 
 @dataclass(frozen=True)
+class DnsSeed:
+    """A DNS name whose SRV and TXT records list a community's bootstrap addresses (`--bootstrap dns:NAME`,
+    resolved by peer/io/dns_seeds.py)."""
+
+    name: str
+    server: str | None = None
+    """IP:PORT of the DNS server to ask (`dns:NAME@IP:PORT`: a community's own server). None: the system's."""
+
+    def __str__(self) -> str:
+        return DNS_PREFIX + self.name + (f"@{self.server}" if self.server else "")
+
+
+@dataclass(frozen=True)
 class PeerConfig:
     listen: str = DEFAULT_LISTEN
     """HOST:PORT the RSP server binds (port 0: any free port)."""
@@ -64,6 +77,12 @@ class PeerConfig:
     """The swarm's name, sent in the hello: nodes of other swarms are refused (kernel/swarms.py)."""
     bootstrap: tuple[str, ...] = ()
     """HOST:PORT of peers to dial first (`--bootstrap`, `--peer`, repeatable)."""
+    dns_seeds: tuple[DnsSeed, ...] = ()
+    """DNS names whose records list more addresses to dial first (`--bootstrap dns:NAME`)."""
+    dns_every_s: float = 600.0
+    """The seeds are resolved at start and then this often (jittered 20%): a community may change its list."""
+    dns_timeout_s: float = 5.0
+    """One resolution of a seed gives up after this long (every server and retry included)."""
     source_ip: str | None = None
     """The IP outgoing connections leave from. None: the one the OS picks. Tests on distinct 127.x addresses
     set it to the listen host, so that each node is seen at its own address."""
@@ -162,6 +181,36 @@ def check_dial_address(text: str, what: str) -> str:
         if not HOSTNAME.fullmatch(host):
             raise UsageError(f"{what} {text!r}: {host!r} is neither an IP address nor a host name; {example}") from None
     return format_address(host, port)
+
+
+DNS_PREFIX = "dns:"
+DNS_LABEL = r"[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
+DNS_NAME = re.compile(rf"(?=.{{1,253}}$){DNS_LABEL}(\.{DNS_LABEL})*\.?")
+"""A name to look records up under: RFC 1123 labels, plus the underscores of SRV names (_swarm._tcp)."""
+
+
+def is_dns_seed(text: str) -> bool:
+    """A bootstrap entry that names a DNS seed rather than a HOST:PORT."""
+    return text.strip().startswith(DNS_PREFIX)
+
+
+def check_dns_seed(text: str, what: str) -> DnsSeed:
+    """A DNS seed entry, `dns:NAME` or `dns:NAME@IP:PORT` (the server to ask: an IP, since a name would need a
+    resolver first); a UsageError in one line that says what is wrong and how to write it."""
+    example = "write it as dns:NAME or dns:NAME@IP:PORT, e.g. dns:_swarm._tcp.example.org"
+    name, at, server = text.strip()[len(DNS_PREFIX):].partition("@")
+    if not DNS_NAME.fullmatch(name):
+        raise UsageError(f"{what} {text!r}: {name!r} is not a DNS name; {example}")
+    if not at:
+        return DnsSeed(name)
+    try:
+        host, port = parse_address(server)
+        ipaddress.ip_address(host)
+    except ValueError:
+        raise UsageError(f"{what} {text!r}: the DNS server {server!r} is not IP:PORT; {example}") from None
+    if port == 0:
+        raise UsageError(f"{what} {text!r}: port 0 cannot be asked; {example}")
+    return DnsSeed(name, format_address(host, port))
 
 
 LOOPBACK_WITNESSES = ReachabilityPolicy(by_address=True)

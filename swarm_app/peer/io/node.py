@@ -1,10 +1,10 @@
 """`PeerNode`: the RSP/1 node on one asyncio loop, and the trainer's `RolloutExchange`.
 
-It wires the sans-IO core (protocol.NodeCore) to aiohttp: runs the server, reads websockets, runs mDNS
-and the peer table, and carries out the core's actions, the outbound ones (send queues, dials, peer-list
-fetches, HTTP pulls) through peer/io/outbound.py. `publish`, `sample` and `record_used` are safe to call
-from the training thread and never block or raise: work crosses to the loop with call_soon_threadsafe,
-and the pool has its own lock. It makes no protocol decision of its own.
+It wires the sans-IO core (protocol.NodeCore) to aiohttp: runs the server, reads websockets, runs mDNS,
+the DNS seeds (peer/io/dns_seeds.py) and the peer table, and carries out the core's actions, the outbound
+ones (send queues, dials, peer-list fetches, HTTP pulls) through peer/io/outbound.py. `publish`, `sample`
+and `record_used` are safe to call from the training thread and never block or raise: work crosses to the
+loop with call_soon_threadsafe, and the pool has its own lock. It makes no protocol decision of its own.
 It also runs the dial-back check (peer/io/reachability.py), whose verdict goes to `NodeCore.set_reachable`
 and the addresses it reached this node at to `NodeCore.set_dialable` (what its signed record names),
 and keeps the refusals of hellos from other swarms and older versions (`refusals`) for the log and views.
@@ -49,7 +49,7 @@ from swarm_app.peer.core.pool import PoolEntry, RolloutPool, SeenCache
 from swarm_app.peer.core.protocol import NodeCore
 from swarm_app.peer.core.scores import PeerBook
 from swarm_app.peer.core.stats import NodeStats
-from swarm_app.peer.io import client, dht, discovery, server, upnp
+from swarm_app.peer.io import client, dht, discovery, dns_seeds, server, upnp
 from swarm_app.peer.io.metrics import NodeMetrics
 from swarm_app.peer.io.outbound import Dialer, SendQueues
 from swarm_app.peer.io.reachability import DialBack
@@ -106,6 +106,8 @@ class PeerNode:
         self._mdns: discovery.MdnsDiscovery | None = None
         self.dht: dht.DhtDiscovery | None = None
         """The swarm's rendezvous on the BitTorrent DHT, while it runs (config.dht; peer/io/dht.py)."""
+        self.dns_seeds: dns_seeds.DnsSeeds | None = None
+        """The DNS seeds' resolver, while the node runs with some (config.dns_seeds; peer/io/dns_seeds.py)."""
         self.mapping: upnp.PortMapping | None = None
         """The router's port mapping, when UPnP got one."""
         self.upnp_state = ""
@@ -217,12 +219,17 @@ class PeerNode:
         self._session = aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=0, local_addr=local))
         ticker = asyncio.create_task(self._tick_loop(), name=f"rsp-tick-{self.node_id[:8]}")
         checker = asyncio.create_task(self._check_reachability(), name=f"rsp-dialback-{self.node_id[:8]}")
+        own = [ticker, checker]
+        if self.config.dns_seeds:
+            self.dns_seeds = dns_seeds.DnsSeeds(self.config.dns_seeds, self.add_peer, self.config.dns_every_s,
+                                                self.config.dns_timeout_s, random.Random(self.rng.random()))
+            own.append(asyncio.create_task(self.dns_seeds.run(), name=f"rsp-dns-{self.node_id[:8]}"))
         try:
             yield
         finally:
-            ticker.cancel()
-            checker.cancel()
-            pending = [ticker, checker, *self._tasks]
+            for task in own:
+                task.cancel()
+            pending = [*own, *self._tasks]
             for task in self._tasks:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
@@ -351,6 +358,7 @@ class PeerNode:
         self._listeners.append(listener)
 
     def add_peer(self, addr: str) -> None:
+        """An address the user named (a test's, a DNS seed's record): dialed as a bootstrap address."""
         self.core.add_address(addr, "bootstrap")
 
     def reserve_inbound(self, ip: str) -> bool:
