@@ -5,8 +5,11 @@ runs a real node (peer/io/dht.py, on asyncio's clock) and every node of the simu
 (benchmarks/swarm/dht.py, on its virtual clock). The first lookup and announce are due at `start` (the
 caller waits for the DHT's bootstrap first); announces come `early_announce_s` apart until three went
 out, then every `announce_s`; lookups every `lookup_s`, or while the node holds fewer than `hungry_below`
-links every `hungry_s`, doubling for each lookup in a row that brought nothing new (at most 2**6 times),
-never beyond `lookup_s`. Every interval is jittered by +-20% (nodes that start together spread out).
+links every `hungry_s`, doubling for each lookup in a row after the first that brought nothing new (at most
+2**6 times), never beyond `lookup_s`. The first miss does not double: the wait after a lookup is set when it
+starts, before its answer, so in a swarm's first seconds (nothing announced yet) doubling at once would push
+the lookup that finds the newly announced members 15 s later for every node that started with them.
+Every interval is jittered by +-20% (nodes that start together spread out).
 
 `announce_key` says under which of the swarm's two keys a node announces: CHECKED once a peer has dialed it
 back (or its router maps its port), UNCHECKED before (BitTorrent clients announce unchecked, and the first
@@ -84,7 +87,8 @@ class DhtTimer:
         self._new = 0
         self.lookups += 1
         hungry = links < cfg.hungry_below
-        wait = min(cfg.lookup_s, cfg.hungry_s * 2 ** min(self.misses, MAX_DOUBLINGS)) if hungry else cfg.lookup_s
+        doublings = min(max(0, self.misses - 1), MAX_DOUBLINGS)
+        wait = min(cfg.lookup_s, cfg.hungry_s * 2 ** doublings) if hungry else cfg.lookup_s
         self.next_lookup = now + self._jitter(wait)
         return True
 

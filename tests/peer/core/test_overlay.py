@@ -11,7 +11,8 @@ from benchmarks.swarm.scenario import Run, Scenario
 from swarm_app.kernel.swarms import DEFAULT_SWARM
 from swarm_app.peer.core.actions import Dial, FetchPeers
 from swarm_app.peer.core.addressbook import AddressBook, AddressState
-from swarm_app.peer.core.dht_timer import CHECKED, UNCHECKED, announce_key, looks_unchecked
+from swarm_app.peer.core.config import DhtConfig
+from swarm_app.peer.core.dht_timer import CHECKED, UNCHECKED, DhtTimer, announce_key, looks_unchecked
 from swarm_app.peer.core.identity import Identity
 from swarm_app.peer.core.overlay import DecayingCount, dials_due, pick_dial, rotation_victim
 from swarm_app.peer.core.protocol import ProtocolConfig
@@ -74,6 +75,27 @@ def test_a_node_announces_on_the_checked_key_only_once_a_peer_dialed_it_back():
     assert announce_key(None, False, True) == CHECKED  # the router maps its port
     assert announce_key(False, True, True) is None  # found unreachable: it only dials out
     assert looks_unchecked(5, 6) and not looks_unchecked(6, 6)
+
+
+def test_a_node_short_of_links_looks_the_swarm_up_often_and_backs_off_only_after_two_empty_lookups():
+    """Every `hungry_s` while short of links; doubling once two lookups in a row brought nothing new (the wait
+    is set before the answer comes: doubling on the first empty one would slow every node of a young swarm);
+    back to `hungry_s` as soon as one brings something; every `lookup_s` with enough links."""
+    config = DhtConfig(hungry_s=15.0, lookup_s=300.0)
+    timer = DhtTimer(config, random.Random(0), 0.0)
+
+    def next_wait(links: int, found: int = 0) -> float:
+        now = timer.next_lookup
+        assert timer.lookup_due(now, links)
+        timer.found(found)
+        return timer.next_lookup - now
+
+    waits = [next_wait(0) for _ in range(5)]
+    assert 12 <= waits[0] <= 18 and 12 <= waits[1] <= 18  # the first empty answer is not held against it
+    assert 24 <= waits[2] <= 36 and 48 <= waits[3] <= 72 and 96 <= waits[4] <= 144, waits
+    next_wait(0, found=3)
+    assert 12 <= next_wait(0) <= 18  # the last lookup brought something: hungry pace again
+    assert 240 <= next_wait(6) <= 360  # enough links: the slow pace
 
 
 def test_addresses_from_the_dhts_unchecked_key_are_dialed_only_when_nothing_else_is_due():
