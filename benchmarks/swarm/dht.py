@@ -91,9 +91,9 @@ class SimDht:
         if not node.online:
             return
         now = self.net.now
-        key = self.announce_key(node) if timer.announce_due(now) else None
-        if key is not None:
-            timer.announced()
+        key = self.announce_key(node)
+        if timer.announce_due(now, key):
+            timer.announced(key)
             self.announces += 1
             self.net.schedule(self._latency(), self._stored, key, node.addr)
         links = node.core.view.links
@@ -102,7 +102,7 @@ class SimDht:
             self.net.schedule(self._latency(), self._answered, node, timer, CHECKED)
             if looks_unchecked(links, self.config.hungry_below):
                 self.net.schedule(self._latency(), self._answered, node, timer, UNCHECKED)
-        self.net.schedule(max(0.05, timer.next_due - now), self._wake, node, timer)
+        self.net.schedule(max(0.05, timer.wake_after(now)), self._wake, node, timer)
 
     def _stored(self, key: str, addr: str) -> None:
         listed = self.listed[key]

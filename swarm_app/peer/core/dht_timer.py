@@ -28,6 +28,10 @@ import random
 from swarm_app.peer.core.config import DhtConfig
 
 MAX_DOUBLINGS = 6
+KEY_CHECK_S = 2.0
+"""While a node is not announced under the checked key, its schedule wakes this often to see whether it may
+be now (a dial-back confirmed it): the checked key should list a reachable node at once, not at the next
+announce, since newcomers dial its addresses first."""
 
 CHECKED, UNCHECKED = "checked", "unchecked"
 """The swarm's two keys on the DHT (peer/io/dht.py info_hash): members dial-back confirmed, and the rest."""
@@ -56,26 +60,36 @@ class DhtTimer:
         self.misses = 0
         """Lookups in a row before the last one that brought no new address."""
         self._new = 0
+        self.key: str | None = None
+        """The key of the last announce (None before the first)."""
 
     @property
     def next_due(self) -> float:
         return min(self.next_lookup, self.next_announce)
 
+    def wake_after(self, now: float) -> float:
+        """Seconds until the caller should ask again: when something is due, or KEY_CHECK_S while the node
+        is not announced under the checked key."""
+        wait = self.next_due - now
+        return wait if self.key == CHECKED else min(wait, KEY_CHECK_S)
+
     def found(self, count: int = 1) -> None:
         """A lookup's answer brought `count` addresses not handed on before."""
         self._new += count
 
-    def announce_due(self, now: float) -> bool:
-        """Whether an announce is due at `now`; if so the next one is scheduled (made or not: the caller
-        may not be allowed to announce, and asks again then)."""
-        if now < self.next_announce:
-            return False
-        early = self.announces < 3
-        self.next_announce = now + self._jitter(self.config.early_announce_s if early else self.config.announce_s)
-        return True
+    def announce_due(self, now: float, key: str | None) -> bool:
+        """Whether to announce under `key` (announce_key's answer; None: nowhere) at `now`: on the schedule,
+        or at once when the key changed since the last announce. When the schedule's time came the next
+        one is scheduled, announced or not (the caller asks again then)."""
+        scheduled = now >= self.next_announce
+        if scheduled:
+            early = self.announces < 3
+            self.next_announce = now + self._jitter(self.config.early_announce_s if early else self.config.announce_s)
+        return key is not None and (scheduled or (self.announces > 0 and key != self.key))
 
-    def announced(self) -> None:
+    def announced(self, key: str) -> None:
         self.announces += 1
+        self.key = key
 
     def lookup_due(self, now: float, links: int) -> bool:
         """Whether a lookup is due at `now` for a node holding `links` links; if so it counts as started and

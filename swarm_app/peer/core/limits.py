@@ -67,6 +67,9 @@ class ProtocolConfig:
     a dial that meets a node (a hello, or a full node's 503) gives its token back."""
     unverified_dial_burst: float = 10.0
     """... and at once: enough to join (a bootstrap's list), too few to be spent on a poisoned list."""
+    unchecked_share: float = 0.5
+    """The share of that burst addresses from the DHT's unchecked key may spend (dht_timer.py: four of five
+    are nodes behind NAT); the rest is kept for the checked key's and peers' addresses a newcomer hears next."""
     exchange_take: int = 16
     """New addresses taken from one peer list at most (a random sample of what it offers)."""
     hungry_exchange_s: float = 2.0

@@ -99,7 +99,7 @@ class Outbound:
         while len(dials) < need:
             vouched_only = len(dials) >= untried_left
             state = pick_dial(candidates, held, self.rng, self._unverified_dials_left(now), vouched_only=vouched_only,
-                              announced_last=announced_left <= 0)
+                              announced_last=announced_left <= 0, unchecked_allowed=self._unchecked_dials_left())
             if state is None:
                 self.hungry = not vouched_only
                 break
@@ -143,6 +143,13 @@ class Outbound:
     def _unverified_dials_left(self, now: float) -> bool:
         self._unverified.take(now, 0.0)  # refills the bucket to `now`, spends nothing
         return self._unverified.tokens >= 1
+
+    def _unchecked_dials_left(self) -> bool:
+        """Whether a dial to an address of the DHT's unchecked key may spend a token: only while the bucket
+        holds more than the reserve `unchecked_share` leaves (right after _unverified_dials_left, which
+        refilled it)."""
+        reserve = self._unverified.burst * (1 - self.config.unchecked_share)
+        return self._unverified.tokens >= max(1.0, reserve)
 
     def _held_networks(self) -> set[str]:
         """Networks of the outbound neighbours and of the dials in flight."""

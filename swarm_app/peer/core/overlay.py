@@ -114,7 +114,7 @@ def probes_due(outbound: Iterable[N], judged_after: int) -> list[N]:
 
 def pick_dial(candidates: Sequence[AddressState], held_networks: set[str], rng: random.Random,
               unverified_allowed: bool, tried_share: float = 0.5, vouched_only: bool = False,
-              announced_last: bool = False) -> AddressState | None:
+              announced_last: bool = False, unchecked_allowed: bool = True) -> AddressState | None:
     """One address to dial among the due `candidates`, or None.
 
     Networks already held are passed over while any other is due (one outbound neighbour per /24 as
@@ -122,11 +122,13 @@ def pick_dial(candidates: Sequence[AddressState], held_networks: set[str], rng: 
     rollouts here before, otherwise any; never-reached addresses only when `unverified_allowed`, and
     addresses that inbound peers merely announced only when no other is due, and those found under the
     DHT's unchecked key (dht_timer.announce_key) only after them. `vouched_only`: only
-    addresses the user named or that delivered here before (`is_vouched`). `announced_last`: addresses
+    addresses the user named or that delivered here before (`is_vouched`). `unchecked_allowed`: whether a
+    never-reached address from the unchecked key may be dialed now (the budget's reserve). `announced_last`: addresses
     first heard of from an inbound peer's hello (`is_announced`) only when no other is due, reached since
     or not.
     """
-    usable = [s for s in candidates if (unverified_allowed or is_trusted(s)) and (is_vouched(s) or not vouched_only)]
+    usable = [s for s in candidates if (unverified_allowed or is_trusted(s)) and (is_vouched(s) or not vouched_only)
+              and (unchecked_allowed or s.source != "dht-unchecked" or is_trusted(s))]
     if announced_last:
         usable = [s for s in usable if not is_announced(s)] or usable
     heard = [s for s in usable if not is_announced(s) or s.verified]

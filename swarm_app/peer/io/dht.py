@@ -253,12 +253,13 @@ class DhtDiscovery:
         timer = self.timer = DhtTimer(self.config, self.rng, loop.time())
         while True:
             now = loop.time()
-            if timer.announce_due(now):
-                self._announce()
+            key = self.announce_key()
+            if timer.announce_due(now, key):
+                self._announce(key)
             links = self.links()
             if timer.lookup_due(now, links):
                 self._lookup(looks_unchecked(links, self.config.hungry_below))
-            await asyncio.sleep(max(0.05, timer.next_due - loop.time()))
+            await asyncio.sleep(max(0.05, timer.wake_after(loop.time())))
 
     def _lookup(self, unchecked: bool) -> None:
         self.lookups += 1
@@ -266,13 +267,13 @@ class DhtDiscovery:
         if unchecked:
             self._session.dht_get_peers(self._lt.sha1_hash(self.keys[UNCHECKED]))
 
-    def _announce(self) -> None:
-        port, key = self.port(), self.announce_key()
-        if not port or key is None:
+    def _announce(self, key: str) -> None:
+        port = self.port()
+        if not port:
             return
         self.announces += 1
         assert self.timer is not None
-        self.timer.announced()
+        self.timer.announced(key)
         self._session.dht_announce(self._lt.sha1_hash(self.keys[key]), port, 0)
         log.debug("DHT: announced port %d for swarm '%s' (%s)", port, self.swarm, key)
 

@@ -12,7 +12,7 @@ from swarm_app.kernel.swarms import DEFAULT_SWARM
 from swarm_app.peer.core.actions import Dial, FetchPeers
 from swarm_app.peer.core.addressbook import AddressBook, AddressState
 from swarm_app.peer.core.config import DhtConfig
-from swarm_app.peer.core.dht_timer import CHECKED, UNCHECKED, DhtTimer, announce_key, looks_unchecked
+from swarm_app.peer.core.dht_timer import CHECKED, KEY_CHECK_S, UNCHECKED, DhtTimer, announce_key, looks_unchecked
 from swarm_app.peer.core.identity import Identity
 from swarm_app.peer.core.overlay import DecayingCount, dials_due, pick_dial, rotation_victim
 from swarm_app.peer.core.protocol import ProtocolConfig
@@ -98,6 +98,20 @@ def test_a_node_short_of_links_looks_the_swarm_up_often_and_backs_off_only_after
     assert 240 <= next_wait(6) <= 360  # enough links: the slow pace
 
 
+def test_a_node_moves_to_the_checked_key_as_soon_as_a_dial_back_confirms_it():
+    """Announces follow the schedule, but a change of key (the first confirmation) is announced at once, and
+    the schedule wakes every KEY_CHECK_S until the node is on the checked key."""
+    timer = DhtTimer(DhtConfig(early_announce_s=30.0), random.Random(0), 0.0)
+    assert timer.lookup_due(0.0, 6)  # the next lookup minutes away
+    assert timer.announce_due(0.0, UNCHECKED)
+    timer.announced(UNCHECKED)
+    assert not timer.announce_due(2.0, UNCHECKED) and timer.wake_after(2.0) <= KEY_CHECK_S
+    assert timer.announce_due(4.0, CHECKED)  # confirmed at 3 s: announced at the next wake, not at ~30 s
+    timer.announced(CHECKED)
+    assert not timer.announce_due(6.0, CHECKED) and timer.wake_after(6.0) > KEY_CHECK_S
+    assert not timer.announce_due(8.0, None)  # found unreachable: nowhere
+
+
 def test_addresses_from_the_dhts_unchecked_key_are_dialed_only_when_nothing_else_is_due():
     """Four of five members announced under the unchecked key sit behind NAT: a node spends its unverified
     dials on them only after the checked key's addresses (and an address found under both ranks as checked)."""
@@ -114,6 +128,29 @@ def test_addresses_from_the_dhts_unchecked_key_are_dialed_only_when_nothing_else
     assert unchecked[0].source == "dht"
     core.add_address(checked.addr, "dht-unchecked")  # never a step down
     assert checked.source == "dht"
+
+
+def test_dead_unchecked_addresses_spend_half_the_dial_budget_and_the_rest_waits_for_better_ones():
+    """A newcomer whose DHT lookup brought only unchecked addresses (most behind NAT: dead) spends at most half
+    its unverified-dial burst on them; the checked addresses and peers' addresses it hears next are dialed at
+    once with what is left, all in parallel, not one token at a time."""
+    core = Simulation(1, ProtocolConfig()).nodes[0].core
+    now = START
+    for k in range(30):
+        core.add_address(f"20.8.{k}.1:4747", "dht-unchecked")
+    dead: list[str] = []
+    for _ in range(10):  # ten ticks, a second apart: every dial fails after its timeout
+        now += 1.0
+        for action in core.tick(now):
+            if isinstance(action, Dial):
+                dead.append(action.addr)
+                core.on_dial_failed(action.addr, now)
+    burst = ProtocolConfig().unverified_dial_burst
+    assert 1 <= len(dead) <= burst / 2 + 1, dead  # the attack-free worst case landed: dials went to the dead
+    for k in range(6):
+        core.add_address(f"20.9.{k}.1:4747", "dht")
+    fresh = [a.addr for a in core.tick(now + 1.0) if isinstance(a, Dial)]
+    assert len(fresh) >= 4 and all(addr.startswith("20.9.") for addr in fresh), fresh
 
 
 def test_a_newcomer_dials_up_to_the_low_water_mark_at_once_and_past_it_as_links_prove_themselves():
