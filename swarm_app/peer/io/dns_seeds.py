@@ -39,16 +39,6 @@ def installed() -> bool:
     return importlib.util.find_spec("dns") is not None
 
 
-def status_line(seeds: Iterable[DnsSeed]) -> str:
-    """What the doctor says of the DNS seeds."""
-    named = ", ".join(map(str, seeds))
-    if not named:
-        return "DNS seeds: none (--bootstrap dns:NAME reads a community's SRV or TXT records)"
-    if not installed():
-        return f"DNS seeds: {named} not asked (dnspython not installed: {INSTALL})"
-    return f"DNS seeds: {named} (SRV and TXT records, at start and every 10 minutes)"
-
-
 def address(text: str) -> str | None:
     """A HOST:PORT entry of a record, normalized; None when it is not one."""
     try:
