@@ -98,8 +98,9 @@ class Outbound:
         dials: list[Action] = []
         while len(dials) < need:
             vouched_only = len(dials) >= untried_left
-            state = pick_dial(candidates, held, self.rng, self._unverified_dials_left(now), vouched_only=vouched_only,
-                              announced_last=announced_left <= 0, unchecked_allowed=self._unchecked_dials_left())
+            tokens = self._unverified_tokens(now)
+            state = pick_dial(candidates, held, self.rng, tokens >= 1, vouched_only=vouched_only,
+                              announced_last=announced_left <= 0, unchecked_allowed=tokens >= self._unchecked_floor)
             if state is None:
                 self.hungry = not vouched_only
                 break
@@ -140,16 +141,16 @@ class Outbound:
         addrs = [c.addr for c in outbound if not proven(c)] + list(self.dialing)
         return [self.addresses.get(a) for a in addrs]
 
-    def _unverified_dials_left(self, now: float) -> bool:
-        self._unverified.take(now, 0.0)  # refills the bucket to `now`, spends nothing
-        return self._unverified.tokens >= 1
+    def _unverified_tokens(self, now: float) -> float:
+        """The unverified-dial budget's tokens at `now` (refilled, nothing spent)."""
+        self._unverified.take(now, 0.0)
+        return self._unverified.tokens
 
-    def _unchecked_dials_left(self) -> bool:
-        """Whether a dial to an address of the DHT's unchecked key may spend a token: only while the bucket
-        holds more than the reserve `unchecked_share` leaves (right after _unverified_dials_left, which
-        refilled it)."""
-        reserve = self._unverified.burst * (1 - self.config.unchecked_share)
-        return self._unverified.tokens >= max(1.0, reserve)
+    @property
+    def _unchecked_floor(self) -> float:
+        """Tokens a dial to an address of the DHT's unchecked key must leave at least: the reserve
+        `unchecked_share` keeps for the checked key's and peers' addresses."""
+        return max(1.0, self._unverified.burst * (1 - self.config.unchecked_share))
 
     def _held_networks(self) -> set[str]:
         """Networks of the outbound neighbours and of the dials in flight."""
