@@ -29,9 +29,9 @@ from swarm_app.peer.core.config import DhtConfig
 
 MAX_DOUBLINGS = 6
 KEY_CHECK_S = 2.0
-"""While a node is not announced under the checked key, its schedule wakes this often to see whether it may
-be now (a dial-back confirmed it): the checked key should list a reachable node at once, not at the next
-announce, since newcomers dial its addresses first."""
+"""While a node is on the unchecked key, its schedule wakes this often to see whether it may move to the checked
+key now (a dial-back confirmed it): the checked key should list a reachable node at once, not at the next
+announce, since newcomers dial its addresses first. A node found unreachable (most of a swarm) is not woken."""
 
 CHECKED, UNCHECKED = "checked", "unchecked"
 """The swarm's two keys on the DHT (peer/io/dht.py info_hash): members dial-back confirmed, and the rest."""
@@ -62,16 +62,18 @@ class DhtTimer:
         self._new = 0
         self.key: str | None = None
         """The key of the last announce (None before the first)."""
+        self._asked: str | None = UNCHECKED
+        """The key `announce_due` was last asked about (announce_key's answer then)."""
 
     @property
     def next_due(self) -> float:
         return min(self.next_lookup, self.next_announce)
 
     def wake_after(self, now: float) -> float:
-        """Seconds until the caller should ask again: when something is due, or KEY_CHECK_S while the node
-        is not announced under the checked key."""
+        """Seconds until the caller should ask again: when something is due, or KEY_CHECK_S while the node may
+        still move to the checked key (not announced there yet, and not found unreachable)."""
         wait = self.next_due - now
-        return wait if self.key == CHECKED else min(wait, KEY_CHECK_S)
+        return min(wait, KEY_CHECK_S) if self._asked is not None and self.key != CHECKED else wait
 
     def found(self, count: int = 1) -> None:
         """A lookup's answer brought `count` addresses not handed on before."""
@@ -81,6 +83,7 @@ class DhtTimer:
         """Whether to announce under `key` (announce_key's answer; None: nowhere) at `now`: on the schedule,
         or at once when the key changed since the last announce. When the schedule's time came the next
         one is scheduled, announced or not (the caller asks again then)."""
+        self._asked = key
         scheduled = now >= self.next_announce
         if scheduled:
             early = self.announces < 3
