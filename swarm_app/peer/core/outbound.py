@@ -80,13 +80,15 @@ class Outbound:
     def dials(self, now: float) -> list[Action]:
         """Dial towards `target_outbound` as overlay.dials_due allows (every missing link at once below
         `low_outbound`; few links to unproven peers); overlay.pick_dial chooses. While settled with no
-        proven link, overlay.guarded_dials keeps most places for vouched addresses."""
+        proven link, overlay.guarded_dials keeps most places for vouched addresses, if it knows any (a node that
+        found the swarm by the DHT alone knows none: it rotates through what it heard, the DHT's checked key
+        ranked with peers' lists)."""
         config, outbound = self.config, self.links.outbound()
         settled = self._settled(now)
         need = dials_due(len(outbound), sum(not proven(c) for c in outbound), len(self.dialing), self.target_outbound,
                          config.low_outbound, config.high_outbound, config.unproven_outbound, settled)
-        untried_left = need
-        if self._guarded(outbound, now):
+        untried_left, guarded = need, self._guarded(outbound, now)
+        if guarded and self._vouched_known():
             need, untried_left = guarded_dials(len(outbound), len(self.dialing), self._untried(outbound), need,
                                                self.target_outbound, config.unproven_outbound)
         self.hungry = False
@@ -100,7 +102,8 @@ class Outbound:
             vouched_only = len(dials) >= untried_left
             tokens = self._unverified_tokens(now)
             state = pick_dial(candidates, held, self.rng, tokens >= 1, vouched_only=vouched_only,
-                              announced_last=announced_left <= 0, unchecked_allowed=tokens >= self._unchecked_floor)
+                              announced_last=announced_left <= 0, unchecked_allowed=tokens >= self._unchecked_floor,
+                              nothing_proven=guarded)
             if state is None:
                 self.hungry = not vouched_only
                 break
@@ -131,6 +134,10 @@ class Outbound:
         if self._settled(now):
             return self.config.high_outbound
         return self.config.unproven_outbound - sum(map(is_announced, self._unproven_states(outbound)))
+
+    def _vouched_known(self) -> bool:
+        """The address book holds an address overlay.is_vouched: the guard has places to keep for it."""
+        return any(is_vouched(s) for s in self.addresses.entries())
 
     def _untried(self, outbound: list[Connection]) -> int:
         """Unproven outbound links and dials in flight to addresses not vouched for (overlay.is_vouched)."""
@@ -216,7 +223,8 @@ class Outbound:
         """`_replaceable`, and while guarded with `unproven_outbound` untried links or more besides the one to
         go, by an address overlay.guarded_dials lets it dial: a quiet swarm does not wear a node's links down."""
         outbound = self.links.outbound()
-        if self._guarded(outbound, now) and self._untried(outbound) > self.config.unproven_outbound:
+        if (self._guarded(outbound, now) and self._vouched_known()
+                and self._untried(outbound) > self.config.unproven_outbound):
             return self._replaceable(now, vouched_only=True)
         return self._replaceable(now)
 

@@ -114,7 +114,8 @@ def probes_due(outbound: Iterable[N], judged_after: int) -> list[N]:
 
 def pick_dial(candidates: Sequence[AddressState], held_networks: set[str], rng: random.Random,
               unverified_allowed: bool, tried_share: float = 0.5, vouched_only: bool = False,
-              announced_last: bool = False, unchecked_allowed: bool = True) -> AddressState | None:
+              announced_last: bool = False, unchecked_allowed: bool = True,
+              nothing_proven: bool = False) -> AddressState | None:
     """One address to dial among the due `candidates`, or None.
 
     Networks already held are passed over while any other is due (one outbound neighbour per /24 as
@@ -125,13 +126,15 @@ def pick_dial(candidates: Sequence[AddressState], held_networks: set[str], rng: 
     addresses the user named or that delivered here before (`is_vouched`). `unchecked_allowed`: whether a
     never-reached address from the unchecked key may be dialed now (the budget's reserve). `announced_last`: addresses
     first heard of from an inbound peer's hello (`is_announced`) only when no other is due, reached since
-    or not.
+    or not. `nothing_proven`: no neighbour of this settled node has delivered (`proven`), so the peer lists it
+    holds came from peers that gave nothing, which is how an eclipse fills a book; addresses of the DHT's checked
+    key (each announced by its own node once a dial-back reached it) then rank with those heard from peers.
     """
     usable = [s for s in candidates if (unverified_allowed or is_trusted(s)) and (is_vouched(s) or not vouched_only)
               and (unchecked_allowed or s.source != "dht-unchecked" or is_trusted(s))]
     if announced_last:
         usable = [s for s in usable if not is_announced(s)] or usable
-    heard = [s for s in usable if not is_announced(s) or s.verified]
+    heard = [s for s in usable if not is_announced(s) or s.verified or (nothing_proven and s.source == "dht")]
     usable = heard or usable  # addresses inbound peers announced (often behind NAT): only when nothing else
     checked = [s for s in usable if s.source != "dht-unchecked" or s.verified]
     usable = checked or usable  # the DHT's unchecked key (mostly behind NAT): only when nothing else

@@ -64,6 +64,40 @@ def test_a_settled_node_with_no_proven_link_dials_only_vouched_addresses_past_th
     assert len(dials(young, first + 1)) == 2  # in its first minute: up to the low-water mark, whatever it heard
 
 
+def test_a_node_that_knows_no_vouched_address_rotates_silent_links_to_what_it_heard():
+    """Found by the DHT alone, with six links that answer pulls with nothing and lists naming only each other:
+    the guard has no vouched address to keep places for, so the node replaces one silent link every
+    `stalled_rotate_s` and dials an address it heard. With a bootstrap in its book (not due) it waits for it."""
+    def stalled(bootstrap: bool) -> tuple[list[Close], list[str]]:
+        sim = linked(6)
+        core, first = sim.nodes[0].core, sim.now
+        core.tick(first)
+        for c in core.links.conns.values():
+            c.answers = CONFIG.useless_after_answers
+        core.add_address(sim.nodes[7].addr, "dht")
+        if bootstrap:
+            core.add_address("10.99.0.1:4747", "bootstrap")
+            core.addresses.hold("10.99.0.1:4747", first + 3600)
+        at = first + CONFIG.settle_after_s + 1
+        actions = core.tick(at) + core.tick(at + 1)
+        return [a for a in actions if isinstance(a, Close)], [a.addr for a in actions if isinstance(a, Dial)]
+
+    closed, dialed = stalled(bootstrap=False)
+    assert len(closed) == 1 and dialed == [linked(6).nodes[7].addr], (closed, dialed)
+    assert stalled(bootstrap=True) == ([], [])
+
+
+def test_while_no_link_is_proven_the_dhts_checked_key_ranks_with_peers_lists():
+    """An eclipse fills a book through the lists of the links it holds; until one link delivered, an address its
+    own node announced under the checked key (after a dial-back reached it) is drawn as often."""
+    listed = [AddressState(f"10.0.{k}.1:1", "exchange", network=f"10.0.{k}.0/24") for k in range(5)]
+    announced = AddressState("10.1.0.1:1", "dht", network="10.1.0.0/24")
+    rng = random.Random(2)
+    assert all(pick_dial(listed + [announced], set(), rng, True) is not announced for _ in range(50))
+    picks = [pick_dial(listed + [announced], set(), rng, True, nothing_proven=True) for _ in range(600)]
+    assert 0.1 < sum(p is announced for p in picks) / 600 < 0.25  # one in six
+
+
 def test_unproven_links_past_the_proven_ones_are_dropped_once_settled():
     sim = linked(4)
     core, first = sim.nodes[0].core, sim.now

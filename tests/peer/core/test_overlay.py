@@ -286,6 +286,29 @@ def test_an_eclipse_by_most_of_the_dialable_nodes_leaves_no_honest_node_a_hostil
     assert result["hostile_saved_share_max"] <= 0.5, result
 
 
+def test_an_eclipse_of_nodes_found_by_the_dht_alone_is_left_within_minutes():
+    """No bootstrap list: 10 hostile nodes (all reachable, announced under the checked key like any member, listing
+    only each other) against 8 reachable honest ones. A node that filled its links with attackers knows no
+    vouched address, so the guard has no place to keep: it replaces one silent link every `stalled_rotate_s`,
+    drawing from the DHT's checked key as well as from its neighbours' lists, until an honest link delivers and
+    the silent ones go as useless. (Before: every link on an attacker at the end, with nothing to rotate to.)"""
+    run = Run(Scenario(40, reachable=0.3, minutes=5.0, bootstraps=0, join_s=10.0, discovery="dht", hostile=0.25,
+                       hostile_mode="eclipse", seed=0))
+    eclipsed: list[int] = []
+
+    def count_eclipsed() -> None:  # honest nodes whose 6 or more outbound links all go to attackers
+        for node in (n for n in run.net.nodes if n.role == "honest"):
+            peers = [run.net.by_addr.get(c.addr) for c in node.core.links.conns.values() if c.direction == "out"]
+            if len(peers) >= 6 and all(p is not None and p.role != "honest" for p in peers):
+                eclipsed.append(node.index)
+
+    run.net.schedule(50.0, count_eclipsed)
+    result = simulated(run)
+    assert eclipsed, "the eclipse did not land"
+    assert result["hostile_outbound_share_end_max"] <= 0.5, result
+    assert result["coverage_p10"] >= 0.9, result
+
+
 def test_every_node_has_six_outbound_links_within_30_s_of_its_join():
     """60 nodes joining within 10 s find the first nodes they hear of full: peer lists come faster while
     the address book runs dry, and full answers in a newcomer's first minute do not make it want fewer
