@@ -52,6 +52,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--dht-miss", type=float, default=DhtModel.miss,
                         help="chance a DHT lookup misses a live announcement")
     parser.add_argument("--dht-dead", type=int, default=0, help="dead addresses announced on the DHT (poison)")
+    parser.add_argument("--record-hubs", type=int, default=0,
+                        help="hubs listed in the swarm's signed record on the DHT (with --discovery dht)")
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     parser.add_argument("--plot", type=Path, metavar="DIR", help="write PNG figures to DIR")
     parser.add_argument("--save", metavar="NAME", help=f"also write {RESULTS}/NAME.json")
@@ -63,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     scenario = Scenario(args.nodes, args.reachable, args.minutes, args.churn, args.hostile, args.hostile_mode,
                         args.partition_minutes, args.seed, args.loss, args.round_s, args.groups,
                         bootstraps=args.bootstraps, discovery=args.discovery, dht_miss=args.dht_miss,
-                        dht_dead=args.dht_dead)
+                        dht_dead=args.dht_dead, record_hubs=args.record_hubs)
     run = Run(scenario)
     figures = simulated(run)
     figures["command"] = "python benchmarks/swarm_sim.py " + shlex.join(sys.argv[1:] if argv is None else argv)

@@ -21,7 +21,11 @@ What the DHT does, and nothing else (`DhtModel`):
   most `answer_max` come back, drawn at random (a get_peers reply carries at most ~100 peers);
 - poisoned answers: `dead` addresses that nobody serves, announced under the checked key for the whole run,
   each on its own /24 (the worst case for the core's per-network caps), and, in a run with hostile nodes,
-  theirs.
+  theirs;
+- the swarm's signed record (`record`: its hubs' addresses; core/swarm_record.py): read with every lookup of
+  the checked key, after its own latency, missed with the same probability as an announcement; its hubs go to
+  the core as bootstrap addresses (peer/io/node.py `_found_in_record`), once per `SEEN_AGAIN_S`. Nobody but
+  the creator can write it, so poison does not reach it.
 Seeded: the DHT draws from its own `random.Random`, each node's timer from another.
 """
 
@@ -48,6 +52,8 @@ class DhtModel:
     """How long an announcement stays listed after it was made."""
     dead: int = 0
     """Announced addresses nobody serves (poison)."""
+    record: tuple[str, ...] = ()
+    """The hubs of the swarm's signed record (none: the swarm has no record)."""
 
 
 def dead_address(k: int) -> str:
@@ -96,13 +102,23 @@ class SimDht:
             timer.announced(key)
             self.announces += 1
             self.net.schedule(self._latency(), self._stored, key, node.addr)
-        links = node.core.view.links
+        links = node.core.discovery_links
         if timer.lookup_due(now, links):
             self.lookups += 1
             self.net.schedule(self._latency(), self._answered, node, timer, CHECKED)
+            if self.model.record:
+                self.net.schedule(self._latency(), self._record_read, node)
             if looks_unchecked(links, self.config.hungry_below):
                 self.net.schedule(self._latency(), self._answered, node, timer, UNCHECKED)
         self.net.schedule(max(0.05, timer.wake_after(now)), self._wake, node, timer)
+
+    def _record_read(self, node: SimNode) -> None:
+        seen = self._seen[node.index]
+        if not node.online or self.rng.random() < self.model.miss or self.net.now - seen.get(("record", True), -1e18) < SEEN_AGAIN_S:
+            return
+        seen["record", True] = self.net.now
+        for addr in self.model.record:
+            node.core.add_address(addr, "bootstrap")
 
     def _stored(self, key: str, addr: str) -> None:
         listed = self.listed[key]

@@ -73,6 +73,9 @@ class Recorder(Observer):
         self._reached_all: set[int] = set()
         self.time_to_low_water: dict[int, float] = {}
         """Node index -> seconds from its join to the first sample with `low_water` outbound links."""
+        self.time_to_honest: dict[int, float] = {}
+        """Node index -> seconds from its join to the first sample with `low_water` links (in and out) to honest
+        nodes (in a run with hostile nodes; otherwise every link is honest)."""
         self.outbound_series: list[tuple[float, int, float, int]] = []
         """(minute, min, median, max) of honest nodes' outbound links."""
         self.hostile_outbound_max = 0.0
@@ -142,16 +145,25 @@ class Recorder(Observer):
         now = self.network.now
         honest = [n for n in self.network.nodes if n.online and n.role == "honest"]
         counts = []
+        honest_ids = {n.core.node_id for n in honest} if self.network.hostile is not None else None
         for node in honest:
             out = sum(c.direction == "out" for c in node.core.links.conns.values())
             counts.append(out)
             self._track_low(node, out, now)
             self._track_low_all(node, len(node.core.links.conns), now)
+            if node.index not in self.time_to_honest and self._honest_links(node, honest_ids) >= self.low_water:
+                self.time_to_honest[node.index] = now - node.joined
         if counts and int((now - START) / self.sample_s) % 5 == 0:
             self.outbound_series.append(((now - START) / 60, min(counts), statistics.median(counts), max(counts)))
         if self.network.hostile is not None and now - START >= self.warmup_s:
             self._sample_eclipse(honest, now)
         self.network.schedule(self.sample_s, self._sample)
+
+    def _honest_links(self, node: SimNode, honest_ids: set[str] | None) -> int:
+        """Links to honest nodes (`honest_ids`; None: every node is honest)."""
+        if honest_ids is None:
+            return len(node.core.links.conns)
+        return sum(c.peer in honest_ids for c in node.core.links.conns.values())
 
     def _track_low(self, node: SimNode, out: int, now: float) -> None:
         if out < self.low_water:  # below since it joined, or since this sample

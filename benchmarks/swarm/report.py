@@ -121,10 +121,14 @@ def time_to_6_figures(rec: Any, honest: list[SimNode]) -> dict[str, Any]:
     """Seconds from each honest node's join to its first sample with 6 outbound links; nodes that never got
     there are counted apart."""
     times = [rec.time_to_low_water[n.index] for n in honest if n.index in rec.time_to_low_water]
+    to_honest = [rec.time_to_honest[n.index] for n in honest if n.index in rec.time_to_honest]
     return {"time_to_6_outbound_p50_s": _round(quantile(times, 0.5), 1),
             "time_to_6_outbound_p90_s": _round(quantile(times, 0.9), 1),
             "time_to_6_outbound_max_s": _round(max(times, default=None), 1),
-            "never_6_outbound": len(honest) - len(times)}
+            "never_6_outbound": len(honest) - len(times),
+            "time_to_6_honest_links_p50_s": _round(quantile(to_honest, 0.5), 1),
+            "time_to_6_honest_links_max_s": _round(max(to_honest, default=None), 1),
+            "nodes_6_honest_links_after_60s": sum(t > 60 for t in to_honest) + len(honest) - len(to_honest)}
 
 
 def dht_figures(run: Run) -> dict[str, Any]:

@@ -10,7 +10,8 @@ probability `loss`. With `churn` R, R% of the honest non-bootstrap nodes leave p
 minute 3 for M minutes. With `discovery` "dht", every node also finds the swarm on a simulated Mainline
 DHT (dht.py: lookups with latency, misses and poisoned answers, `dht_dead` dead addresses announced, and
 `dht_miss` the chance a lookup misses an announcement); with `bootstraps` 0 that is the only way in: no
-node starts with any address. Time is simulated; nothing sleeps.
+node starts with any address. With `record_hubs` H, the H nodes after the bootstraps (honest, reachable,
+joined at the start) are the hubs of the swarm's signed record, which every lookup reads (dht.py). Time is simulated; nothing sleeps.
 """
 
 from __future__ import annotations
@@ -61,6 +62,8 @@ class Scenario:
     """"bootstrap": the first `bootstraps` nodes' addresses only; "dht": and the simulated DHT (dht.py)."""
     dht_miss: float = DhtModel.miss
     dht_dead: int = 0
+    record_hubs: int = 0
+    """Hubs the swarm's signed record lists (swarm_app/peer/core/swarm_record.py); with "dht" discovery only."""
 
 
 class Run:
@@ -74,8 +77,9 @@ class Run:
         self.hostile = Hostile(self.net, scenario.hostile_mode, self.rng) if scenario.hostile > 0 else None
         if scenario.discovery not in DISCOVERY:
             raise ValueError(f"discovery {scenario.discovery!r}: one of {', '.join(DISCOVERY)}")
-        self.dht = (SimDht(self.net, DhtModel(miss=scenario.dht_miss, dead=scenario.dht_dead), seed=scenario.seed)
-                    if scenario.discovery == "dht" else None)
+        hubs = tuple(f"{node_ip(i)}:4747" for i in range(scenario.bootstraps, scenario.bootstraps + scenario.record_hubs))
+        self.dht = (SimDht(self.net, DhtModel(miss=scenario.dht_miss, dead=scenario.dht_dead, record=hubs),
+                           seed=scenario.seed) if scenario.discovery == "dht" else None)
         self.bootstrap = tuple(f"{node_ip(i)}:4747" for i in range(scenario.bootstraps))
         self.end = START + scenario.minutes * 60
         self.partition_at = START + PARTITION_AT_S
@@ -97,15 +101,16 @@ class Run:
         s = self.s
         hostile = round(s.nodes * s.hostile)
         honest = s.nodes - hostile
-        reachable = max(s.bootstraps, round(honest * s.reachable))
-        rest = [("honest", True)] * (reachable - s.bootstraps) + [("honest", False)] * (honest - reachable)
+        first = s.bootstraps + s.record_hubs
+        reachable = max(first, round(honest * s.reachable))
+        rest = [("honest", True)] * (reachable - first) + [("honest", False)] * (honest - reachable)
         rest += [(s.hostile_mode, True)] * hostile
         self.rng.shuffle(rest)
-        return [("honest", True)] * s.bootstraps + rest
+        return [("honest", True)] * first + rest
 
     def start(self) -> None:
         for k, (role, reachable) in enumerate(self.roles()):
-            delay = 0.0 if k < self.s.bootstraps else self.rng.uniform(0, self.s.join_s)
+            delay = 0.0 if k < self.s.bootstraps + self.s.record_hubs else self.rng.uniform(0, self.s.join_s)
             self.net.schedule(delay, self.join, role, reachable)
         if self.s.churn:
             self.net.schedule(60.0, self._churn)

@@ -158,13 +158,15 @@ def _discovery(settings: Settings, name: str, bootstrap: list[str], seeds: list[
     """Where a node finds peers, one line each: the DHT (and what it reveals), mDNS, bootstrap, DNS seeds (when
     some are given), peer table."""
     from swarm_app.peer.core.config import is_dns_seed
+    from swarm_app.peer.core.swarm_record import parse_public_key
     from swarm_app.peer.io.dht import status_line
 
     peer = settings.peer
     on = peer.enabled
     table = user_dirs().data / "peers.json"
     addresses = [a for a in bootstrap + list(peer.peers) if not is_dns_seed(a)]
-    return [status_line(on and peer.dht, name),
+    key = parse_public_key(peer.swarm_key) if peer.swarm_key else None
+    return [status_line(on and peer.dht, name, key),
             "mDNS (this LAN): " + ("on" if on and peer.mdns else "off"),
             f"bootstrap and --peer: {len(addresses)} address(es)",
             *(seed["text"] for seed in seeds),

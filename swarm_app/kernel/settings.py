@@ -137,6 +137,10 @@ class PeerSettings:
                         "there (needs the extra: pip install \"swarm-app[dht]\"). Anyone who knows the swarm's name "
                         "can then list its members' addresses.",
                         flag="--no-dht", flag_help="do not look the swarm up or announce this node on the BitTorrent DHT")
+    swarm_key: str = setting("", "The swarm creator's public key, as `swarm hub --sign-record` prints it (43 characters): "
+                             "the node reads the swarm's signed record of hubs on the DHT and dials them first, as "
+                             "bootstrap addresses nobody else can forge. Empty: the swarm is found by its name alone.",
+                             flag="--swarm-key", metavar="KEY")
     dht_listen: str = setting("", "HOST:PORT of the DHT's UDP socket. Empty: the listen host, any free port.")
     dht_nodes: list = setting([], "DHT nodes to seed the routing table with, HOST:PORT each (a private DHT).")
     dht_routers: list = setting(list(DHT_ROUTERS), "DHT routers asked first to join the DHT, HOST:PORT each "

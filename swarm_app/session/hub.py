@@ -14,11 +14,16 @@ checks the modules a running hub loaded), or write anything but the peer table, 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 from swarm_app.kernel.errors import RunFolderBusy, UsageError
 from swarm_app.kernel.events import Event, HubStarted, HubStatus
+from swarm_app.kernel.files import write_text_atomic
 from swarm_app.kernel.settings import Settings
 from swarm_app.session.bus import EventBus
 from swarm_app.session.peering import Peering
@@ -32,38 +37,95 @@ MOST_INBOUND = 1024
 STATUS_S = 60.0
 
 
-def hub_settings_error(settings: Settings, max_inbound: int) -> str | None:
-    """What makes these settings unusable for a hub, in one line (None: usable)."""
+def hub_settings_error(settings: Settings, max_inbound: int, signs_record: bool = False) -> str | None:
+    """What makes these settings unusable for a hub (one that puts the swarm's record: `signs_record`), in one
+    line (None: usable)."""
     if not settings.peer.enabled:
         return ("a hub exists to be reached by its swarm: --offline ([peer] enabled = false, from a flag, "
                 "SWARM_PEER_ENABLED or config.toml) makes no sense for `swarm hub`; drop it")
     if not 1 <= max_inbound <= MOST_INBOUND:
         return f"--max-inbound {max_inbound}: give a number of links from 1 to {MOST_INBOUND} (default {HUB_INBOUND})"
+    if signs_record and not settings.peer.dht:
+        return "--sign-record puts the swarm's record on the BitTorrent DHT: drop --no-dht ([peer] dht = false)"
     return None
 
 
-def hub_config(settings: Settings, max_inbound: int = HUB_INBOUND):
-    """The hub's peer config: the [peer] settings' (peer_config), sharing off, `max_inbound` links in.
-    UsageError for settings a hub cannot use."""
-    error = hub_settings_error(settings, max_inbound)
+def hub_config(settings: Settings, max_inbound: int = HUB_INBOUND, record: SwarmRecord | None = None):
+    """The hub's peer config: the [peer] settings' (peer_config), sharing off, `max_inbound` links in; with a
+    `record`, it puts the swarm's signed record of hubs on the DHT. UsageError for settings a hub cannot use."""
+    error = hub_settings_error(settings, max_inbound, record is not None)
     if error:
         raise UsageError(error)
     peering = Peering(EventBus(), None)
     peering.configure(settings)
     # private addresses together keep holding at most half the node, as on a training node (limits.py)
-    return peering.config.with_protocol(share=False, max_inbound=max_inbound, max_inbound_lan=max(1, max_inbound // 2))
+    config = peering.config.with_protocol(share=False, max_inbound=max_inbound, max_inbound_lan=max(1, max_inbound // 2))
+    if record is not None:
+        config = dataclasses.replace(config, dht=dataclasses.replace(config.dht, record_signer=record.signer,
+                                                                     record_hubs=record.hubs))
+    return config
+
+
+@dataclass(frozen=True)
+class SwarmRecord:
+    """What `swarm hub --sign-record FILE --record-hub HOST:PORT ...` puts on the DHT: `hubs`, signed by the
+    creator's key kept in FILE (peer/core/swarm_record.py)."""
+
+    signer: Any
+    hubs: tuple[str, ...]
+    created: bool
+    """The key file was made now (the hub says so, with the public key members give as --swarm-key)."""
+
+    @classmethod
+    def load(cls, path: Path, hubs: list[str]) -> SwarmRecord:
+        """The key in `path` (made, readable by this user only, when missing) and the checked hub addresses;
+        UsageError for a missing hub, a bad address or an unreadable key file (checked before the key is made)."""
+        from swarm_app.peer.core import swarm_record
+        from swarm_app.peer.core.identity import b64url, unb64url
+
+        checked = cls.checked_hubs(hubs)
+        created = not path.exists()
+        try:
+            if created:
+                signer = swarm_record.Signer.generate()
+                write_text_atomic(path, b64url(signer.seed) + "\n")
+                os.chmod(path, 0o600)
+            else:
+                signer = swarm_record.Signer(unb64url(path.read_text(encoding="ascii").strip()))
+                signer.public_key  # noqa: B018 (a seed of the wrong size raises here, not on the first put)
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise UsageError(f"--sign-record {path}: not a swarm key file this app wrote ({exc}); give another "
+                             "path to make a new key (members would then need the new --swarm-key)") from None
+        return cls(signer, checked, created)
+
+    @staticmethod
+    def checked_hubs(hubs: list[str]) -> tuple[str, ...]:
+        """The `--record-hub` addresses, checked, duplicates dropped; UsageError when none is given, one is not
+        HOST:PORT or the record would not fit."""
+        from swarm_app.peer.core import swarm_record
+        from swarm_app.peer.core.config import check_dial_address
+
+        if not hubs:
+            raise UsageError("--sign-record needs the hubs to list: give --record-hub HOST:PORT (this hub's public "
+                             "address, and others), once each")
+        checked = tuple(dict.fromkeys(check_dial_address(h, "--record-hub") for h in hubs))
+        try:
+            swarm_record.encode("x" * 64, list(checked))  # the longest swarm name
+        except ValueError as exc:
+            raise UsageError(f"--record-hub: {exc}") from None
+        return checked
 
 
 class Hub:
     """One hub: `run()` until `stop()` (Ctrl-C, SIGTERM); events to the subscribers (the headless view)."""
 
     def __init__(self, settings: Settings, max_inbound: int = HUB_INBOUND, *, status_s: float = STATUS_S,
-                 node: Any = None) -> None:
+                 node: Any = None, record: SwarmRecord | None = None) -> None:
         """`node`: a PeerNode built by the caller (tests give one its own identity); None: this user's,
-        built from the settings with this machine's key."""
+        built from the settings with this machine's key. `record`: the swarm's signed record to put."""
         self.events = EventBus()
         self.peering = Peering(self.events, None)
-        self.peering.config = hub_config(settings, max_inbound)
+        self.peering.config = hub_config(settings, max_inbound, record)
         self.peering.claim_listen(settings)
         self.status_s = status_s
         self.node = node

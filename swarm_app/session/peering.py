@@ -160,13 +160,16 @@ def dht_config(settings: Settings):
     from swarm_app.peer.core.config import DhtConfig, check_address, check_dial_address
     from swarm_app.peer.io.dht import STATE_NAME
 
+    from swarm_app.peer.core.swarm_record import parse_public_key
+
     peer = settings.peer
+    record_key = parse_public_key(peer.swarm_key) if peer.swarm_key else None  # checked even with the DHT off
     if not peer.dht:
         return None
     return DhtConfig(listen=check_address(peer.dht_listen, "peer.dht_listen") if peer.dht_listen else "",
                      nodes=tuple(check_dial_address(a, "peer.dht_nodes address") for a in peer.dht_nodes),
                      routers=tuple(check_dial_address(a, "peer.dht_routers address") for a in peer.dht_routers),
-                     state_path=user_dirs().data / STATE_NAME)
+                     state_path=user_dirs().data / STATE_NAME, record_key=record_key)
 
 
 def bootstrap_entries(settings: Settings) -> list[tuple[str, str]]:

@@ -31,6 +31,11 @@ ROOT = Path(__file__).resolve().parents[2]
     (["--max-inbound", "5000"], "--max-inbound 5000: give a number"),
     (["--listen", "nowhere"], "peer.listen 'nowhere'"),
     (["--swarm", "Not A Name"], "swarm name 'Not A Name'"),
+    (["--swarm-key", "abc"], "--swarm-key ([peer] swarm_key) 'abc' is not a swarm key"),
+    (["--record-hub", "203.0.113.9:1"], "give --sign-record FILE too"),
+    (["--sign-record", "creator.key"], "--sign-record needs the hubs to list: give --record-hub"),
+    (["--sign-record", "creator.key", "--record-hub", "203.0.113.9:1"], "drop --no-dht"),
+    (["--sign-record", "creator.key", "--record-hub", "nowhere"], "--record-hub 'nowhere'"),
 ])
 def test_bad_input_is_one_line_and_exit_2_before_anything_is_written(argv, says, capsys, monkeypatch, isolated_home):
     monkeypatch.setenv("SWARM_PEER_ENABLED", "true")
@@ -39,6 +44,24 @@ def test_bad_input_is_one_line_and_exit_2_before_anything_is_written(argv, says,
     assert code == 2
     assert err.count("\n") == 1 and err.startswith("swarm: ") and says in err, err
     assert not isolated_home.exists() or not any(p.is_file() for p in isolated_home.rglob("*"))
+
+
+def test_the_record_key_file_is_made_private_once_and_read_back(tmp_path):
+    from swarm_app.kernel.errors import UsageError
+    from swarm_app.session.hub import SwarmRecord, hub_config
+
+    path = tmp_path / "creator.key"
+    made = SwarmRecord.load(path, ["203.0.113.9:47470", "203.0.113.9:47470"])
+    assert made.created and made.hubs == ("203.0.113.9:47470",) and path.stat().st_mode & 0o777 == 0o600
+    again = SwarmRecord.load(path, ["203.0.113.9:47470"])
+    assert not again.created and again.signer.public_key == made.signer.public_key
+    settings = load_settings(None, {}, {"peer.enabled": "true", "peer.listen": "127.0.0.1:0", "peer.mdns": "false",
+                                        "peer.upnp": "false"})
+    dht = hub_config(settings, record=again).dht
+    assert dht.record_signer == again.signer and dht.record_hubs == again.hubs
+    path.write_text("not a key\n")
+    with pytest.raises(UsageError, match="not a swarm key file"):
+        SwarmRecord.load(path, ["203.0.113.9:47470"])
 
 
 def test_offline_from_the_environment_is_refused_too(capsys, isolated_home):

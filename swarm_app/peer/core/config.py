@@ -54,6 +54,14 @@ class DhtConfig:
     """Seconds between announces (DHT nodes drop an announce after about 30 minutes)."""
     early_announce_s: float = 30.0
     """... the first three this far apart: an announce while the routing table fills can be lost."""
+    record_key: bytes | None = None
+    """The swarm creator's public key (`--swarm-key`): the node reads the swarm's signed record of hubs at every
+    lookup (core/swarm_record.py). None: the swarm is known by its name alone."""
+    record_signer: Any = None
+    """A hub's swarm_record.Signer (`swarm hub --sign-record`): it publishes `record_hubs` under that key."""
+    record_hubs: tuple[str, ...] = ()
+    record_every_s: float = 1800.0
+    """Seconds between puts of the record (DHT nodes keep an item about two hours)."""
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ from swarm_app.peer.core.limits import ProtocolConfig
 from swarm_app.peer.core.links import Links
 from swarm_app.peer.core.messages import Bye, MessageError, Pull, Push, Sample, decode_frame
 from swarm_app.peer.core.outbound import Outbound
-from swarm_app.peer.core.overlay import DecayingCount
+from swarm_app.peer.core.overlay import DecayingCount, proven
 from swarm_app.peer.core.pulls import Pulls
 from swarm_app.peer.core.ratelimit import TokenBucket
 from swarm_app.peer.core.scores import PeerBook
@@ -89,6 +89,13 @@ class NodeCore:
     def confirmed(self) -> bool:
         """A peer reached this node by dial-back at least once (its signed record names where)."""
         return bool(self.exchange.dialable)
+
+    @property
+    def discovery_links(self) -> int:
+        """Open links as the DHT's schedule counts them (dht_timer.DhtTimer): none while no link has delivered
+        a rollout admitted here, since six links held by an eclipse are worth no more than none, and the node
+        keeps looking the swarm up at the hungry pace for addresses to rotate to."""
+        return self.view.links if any(proven(c) for c in self.links.values()) else 0
 
     # --- time-driven decisions
 

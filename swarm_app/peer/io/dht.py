@@ -13,6 +13,11 @@ returns goes to `on_found(addr, checked)`, which hands it to the core as an unve
 ones last, and only a hello proves anything. What it finds is public: anyone who knows a swarm's name can
 list its announcing members.
 
+A swarm whose members know its creator's public key (`record_key`) also has a signed record of hubs (a BEP 44
+mutable item, core/swarm_record.py): read at every lookup, checked (libtorrent and `swarm_record.verify`), its
+addresses go to `on_record` (the core dials them as bootstrap addresses); a hub given the creator's key
+(`record_signer`) puts it every `record_every_s`.
+
 libtorrent meets asyncio through `set_alert_fd` on one end of a non-blocking socketpair, read with
 `loop.add_reader`, then `pop_alerts()`: nothing blocks the loop, and `set_alert_notify` (which can
 deadlock on the GIL) is never used. `dht_get_peers_reply_alert` needs `dht_operation` in the alert mask,
@@ -36,8 +41,11 @@ from typing import Any, Callable
 
 from swarm_app.kernel.files import write_text_atomic
 from swarm_app.peer import PROTOCOL_VERSION
+from swarm_app.kernel.errors import UsageError
+from swarm_app.peer.core import swarm_record
 from swarm_app.peer.core.addressbook import format_address, parse_address
-from swarm_app.peer.core.config import DhtConfig
+from swarm_app.peer.core.config import DhtConfig, check_dial_address
+from swarm_app.peer.core.identity import b64url
 from swarm_app.peer.core.dht_timer import CHECKED, UNCHECKED, DhtTimer, announce_key, looks_unchecked
 
 log = logging.getLogger(__name__)
@@ -61,13 +69,15 @@ def installed() -> bool:
     return importlib.util.find_spec("libtorrent") is not None
 
 
-def status_line(enabled: bool, swarm: str) -> str:
+def status_line(enabled: bool, swarm: str, record_key: bytes | None = None) -> str:
     """What the doctor and the start-up log say of the DHT."""
     if not enabled:
         return "DHT: off (--no-dht, [peer] dht = false, or --offline)"
     if not installed():
         return f"DHT: off (libtorrent not installed: {INSTALL})"
-    return (f"DHT: on (looks swarm '{swarm}' up on the BitTorrent Mainline DHT and announces this node's port; "
+    record = (f"; reads the swarm's record of hubs signed by {b64url(record_key)[:12]}..."
+              if record_key else "")
+    return (f"DHT: on (looks swarm '{swarm}' up on the BitTorrent Mainline DHT and announces this node's port{record}; "
             "anyone who knows the swarm's name can list its members' addresses)")
 
 
@@ -100,13 +110,21 @@ def state_nodes(state: Any) -> list[str]:
 
 class DhtDiscovery:
     """Announce `port()` under the swarm's key `announce_key()` names (None: none), look the swarm up, report
-    on_found("HOST:PORT", checked)."""
+    on_found("HOST:PORT", checked); with a record key, report the signed record's hubs to on_record([...])."""
 
     def __init__(self, config: DhtConfig, swarm: str, host: str, port: Callable[[], int | None],
                  announce_key: Callable[[], str | None], links: Callable[[], int],
-                 on_found: Callable[[str, bool], None], rng: random.Random | None = None) -> None:
+                 on_found: Callable[[str, bool], None], rng: random.Random | None = None,
+                 on_record: Callable[[list[str]], None] | None = None) -> None:
         self.config, self.swarm, self.host = config, swarm, host
         self.port, self.announce_key, self.links, self.on_found = port, announce_key, links, on_found
+        self.on_record = on_record
+        self.salt = swarm_record.salt(swarm)
+        self.record_seq = 0
+        """The sequence number of the last record handed on (0: none yet)."""
+        self.record_handed = -SEEN_AGAIN_S
+        self.records_refused = self.puts = 0
+        self._next_put = 0.0
         self.rng = rng or random.Random()
         self.keys = {key: info_hash(swarm, key) for key in (CHECKED, UNCHECKED)}
         self.key = self.keys[CHECKED]
@@ -218,10 +236,47 @@ class DhtDiscovery:
             if key in self.keys.values():
                 self.replies += 1
                 self._merge(alert.peers(), key == self.key)
+        elif isinstance(alert, lt.dht_mutable_item_alert):
+            self._on_item(alert)
+        elif isinstance(alert, lt.dht_put_alert):
+            log.info("DHT: swarm record put on %d nodes", alert.num_success)
         elif isinstance(alert, lt.dht_bootstrap_alert):
             self._bootstrapped.set()
         elif isinstance(alert, lt.listen_failed_alert):
             log.warning("DHT: %s", alert.message())
+
+    def _on_item(self, alert: Any) -> None:
+        """A mutable item came back: the swarm's record when it is under the creator's key and this swarm's salt,
+        not empty, signed, and not handed on already (a newer sequence number, or SEEN_AGAIN_S later)."""
+        key = self.config.record_key
+        if key is None or bytes(alert.key) != key or bytes(alert.salt) != self.salt:
+            return
+        value, seq = alert.item, int(alert.seq)
+        if not isinstance(value, bytes) or not value:
+            return  # nothing stored under the key (yet)
+        if not swarm_record.verify(key, bytes(alert.signature), self.salt, seq, value):
+            self.records_refused += 1
+            log.warning("DHT: a swarm record with a bad signature was refused")
+            return
+        now = asyncio.get_running_loop().time()
+        if seq < self.record_seq or (seq == self.record_seq and now - self.record_handed < SEEN_AGAIN_S):
+            return
+        try:
+            hubs = swarm_record.decode(self.swarm, value)
+        except ValueError as exc:
+            self.records_refused += 1
+            log.warning("DHT: the swarm record was refused: %s", exc)
+            return
+        self.record_seq, self.record_handed = seq, now
+        usable = []
+        for hub in hubs:
+            try:
+                usable.append(check_dial_address(hub, "swarm record hub"))
+            except UsageError as exc:
+                log.warning("DHT: %s; skipped", exc)
+        log.info("DHT: swarm record %d lists %d hub(s)", seq, len(usable))
+        if usable and self.on_record is not None:
+            self.on_record(usable)
 
     def _merge(self, peers: list[tuple[str, int]], checked: bool) -> None:
         now = asyncio.get_running_loop().time()
@@ -259,13 +314,29 @@ class DhtDiscovery:
             links = self.links()
             if timer.lookup_due(now, links):
                 self._lookup(looks_unchecked(links, self.config.hungry_below))
-            await asyncio.sleep(max(0.05, timer.wake_after(loop.time())))
+            if self.config.record_signer is not None and self.config.record_hubs and now >= self._next_put:
+                self._put_record()
+                self._next_put = now + self.config.record_every_s
+            wake = timer.wake_after(loop.time())
+            if self.config.record_signer is not None:
+                wake = min(wake, self._next_put - loop.time())
+            await asyncio.sleep(max(0.05, wake))
 
     def _lookup(self, unchecked: bool) -> None:
         self.lookups += 1
         self._session.dht_get_peers(self._lt.sha1_hash(self.key))
         if unchecked:
             self._session.dht_get_peers(self._lt.sha1_hash(self.keys[UNCHECKED]))
+        if self.config.record_key is not None:
+            self._session.dht_get_mutable_item(self.config.record_key, self.salt)
+
+    def _put_record(self) -> None:
+        """Put the record of `record_hubs` under the creator's key (libtorrent reads the stored sequence number
+        and signs the next one)."""
+        signer = self.config.record_signer
+        value = swarm_record.encode(self.swarm, list(self.config.record_hubs))
+        self.puts += 1
+        self._session.dht_put_mutable_item(signer.expanded_secret, signer.public_key, value, self.salt)
 
     def _announce(self, key: str) -> None:
         port = self.port()
@@ -285,4 +356,5 @@ def for_node(node: Any) -> DhtDiscovery:
     core = node.core
     return DhtDiscovery(config.dht, config.swarm, host, lambda: node.public_port,
                         lambda: announce_key(core.reachable, core.confirmed, node.mapping is not None),
-                        lambda: core.view.links, node._found_on_dht, random.Random(node.rng.random()))
+                        lambda: core.discovery_links, node._found_on_dht, random.Random(node.rng.random()),
+                        node._found_in_record)

@@ -378,6 +378,12 @@ class PeerNode:
         one from the unchecked key is dialed only when nothing else is due."""
         self.core.add_address(addr, "dht" if checked else "dht-unchecked")
 
+    def _found_in_record(self, hubs: list[str]) -> None:
+        """The hubs of the swarm's record, signed by the key the user named (`--swarm-key`): dialed as bootstrap
+        addresses, outside the unverified-dial budget (core/swarm_record.py)."""
+        for addr in hubs:
+            self.add_peer(addr)
+
     # --- actions
 
     def _execute(self, actions: list[Action]) -> None:

@@ -15,6 +15,7 @@ import pytest
 
 from swarm_app.peer.core.config import DhtConfig
 from swarm_app.peer.core.dht_timer import CHECKED, UNCHECKED
+from swarm_app.peer.core.swarm_record import Signer
 from swarm_app.peer.io import dht
 from swarm_app.peer.io.dht import DhtDiscovery, info_hash
 from tests.peer.helpers import make_rollouts, wait_for
@@ -115,6 +116,57 @@ async def test_the_routing_table_is_saved_and_a_restart_finds_the_swarm_without_
             await restarted.stop()
     finally:
         await member.stop()
+
+
+def publisher(seed: DhtDiscovery, swarm: str, signer: Signer, hubs: tuple[str, ...]) -> DhtDiscovery:
+    """A hub's DHT session that puts the swarm's record and announces nothing."""
+    config = dataclasses.replace(FAST, nodes=(f"127.40.0.1:{seed.listen_port}",), record_signer=signer,
+                                 record_hubs=hubs)
+    return DhtDiscovery(config, swarm, "127.45.0.1", lambda: None, lambda: None, lambda: 0, lambda a, c: None)
+
+
+async def test_the_swarm_record_signed_by_the_creators_key_names_its_hubs_to_readers_of_that_key_only(seed):
+    """A hub puts the record of swarm "lab" under the creator's key; a reader given that key gets its hubs;
+    readers given another key, or the right key and another swarm, get nothing."""
+    creator, stranger = Signer.generate(), Signer.generate()
+    hubs = ("127.77.0.1:4747", "203.0.113.9:47470")
+    got: dict[str, list[list[str]]] = {"right": [], "other key": [], "other swarm": []}
+    readers = {name: DhtDiscovery(dataclasses.replace(FAST, nodes=(f"127.40.0.1:{seed.listen_port}",),
+                                                      record_key=key.public_key),
+                                  swarm, f"127.{46 + k}.0.1", lambda: None, lambda: None, lambda: 0,
+                                  lambda a, c: None, on_record=got[name].append)
+               for k, (name, key, swarm) in enumerate((("right", creator, "lab"), ("other key", stranger, "lab"),
+                                                       ("other swarm", creator, "lab2")))}
+    hub = publisher(seed, "lab", creator, hubs)
+    sessions = [hub, *readers.values()]
+    for s in sessions:
+        assert await s.start()
+    try:
+        assert await wait_for(lambda: hub.puts >= 1, timeout_s=20)
+        assert await wait_for(lambda: got["right"], timeout_s=30), (got, [r.lookups for r in readers.values()])
+        assert got["right"][0] == list(hubs)
+        assert await wait_for(lambda: min(r.lookups for r in readers.values()) >= 3, timeout_s=30)
+        assert got["other key"] == [] and got["other swarm"] == []
+        assert all(r.records_refused == 0 for r in readers.values())
+    finally:
+        for s in sessions:
+            await s.stop()
+
+
+async def test_a_node_given_only_the_swarm_key_reaches_a_hub_named_by_the_record(seed):
+    """The hub is on no DHT key (it announces nothing) and nobody gave its address: the record is the only way
+    to it, and the node dials it as a bootstrap address (outside the unverified-dial budget)."""
+    creator = Signer.generate()
+    config = dataclasses.replace(FAST, nodes=(f"127.40.0.1:{seed.listen_port}",), record_key=creator.public_key)
+    async with started(on("127.81.0.1", swarm="rec-lab"), on("127.82.0.1", swarm="rec-lab", dht=config)) as (hub, node):
+        assert hub.dht is None and node.dht is not None and node.config.bootstrap == ()
+        put = publisher(seed, "rec-lab", creator, (hub.address,))
+        assert await put.start()
+        try:
+            assert await wait_for(lambda: node.core.view.is_linked(hub.node_id), timeout_s=45), node.stats()
+            assert node.core.addresses.get(hub.address).source == "bootstrap"
+        finally:
+            await put.stop()
 
 
 def nodes_with_dht(count: int, seed: DhtDiscovery | None, first: int = 50):
