@@ -114,7 +114,9 @@ class SimDht:
 
     def _record_read(self, node: SimNode) -> None:
         seen = self._seen[node.index]
-        if not node.online or self.rng.random() < self.model.miss or self.net.now - seen.get(("record", True), -1e18) < SEEN_AGAIN_S:
+        if not node.online or self.rng.random() < self.model.miss:
+            return
+        if self.net.now - seen.get(("record", True), -1e18) < SEEN_AGAIN_S:
             return
         seen["record", True] = self.net.now
         for addr in self.model.record:

@@ -11,7 +11,8 @@ minute 3 for M minutes. With `discovery` "dht", every node also finds the swarm 
 DHT (dht.py: lookups with latency, misses and poisoned answers, `dht_dead` dead addresses announced, and
 `dht_miss` the chance a lookup misses an announcement); with `bootstraps` 0 that is the only way in: no
 node starts with any address. With `record_hubs` H, the H nodes after the bootstraps (honest, reachable,
-joined at the start) are the hubs of the swarm's signed record, which every lookup reads (dht.py). Time is simulated; nothing sleeps.
+joined at the start) are the hubs of the swarm's signed record, which every lookup reads (dht.py).
+Time is simulated; nothing sleeps.
 """
 
 from __future__ import annotations

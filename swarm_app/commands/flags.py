@@ -24,8 +24,8 @@ from swarm_app.kernel.settings import Settings, default_of, field_of, load_setti
 
 MODEL = ("model.path", "model.backend", "model.threads")
 TRAIN = ("tasks.preset", "train.rounds", "train.local", "train.external", "train.completions", "train.seed")
-PEER = ("peer.swarm", "peer.swarm_key", "peer.bootstrap", "peer.peers", "peer.listen", "peer.mdns", "peer.dht", "peer.share", "peer.metrics_listen",
-        "peer.upnp", "peer.enabled")
+PEER = ("peer.swarm", "peer.swarm_key", "peer.bootstrap", "peer.peers", "peer.listen", "peer.mdns", "peer.dht",
+        "peer.share", "peer.metrics_listen", "peer.upnp", "peer.enabled")
 
 
 def add_settings(parser: argparse.ArgumentParser, keys: tuple[str, ...],

@@ -158,9 +158,8 @@ def dht_config(settings: Settings):
     a bad address raises UsageError naming the setting."""
     from swarm_app.kernel.paths import user_dirs
     from swarm_app.peer.core.config import DhtConfig, check_address, check_dial_address
-    from swarm_app.peer.io.dht import STATE_NAME
-
     from swarm_app.peer.core.swarm_record import parse_public_key
+    from swarm_app.peer.io.dht import STATE_NAME
 
     peer = settings.peer
     record_key = parse_public_key(peer.swarm_key) if peer.swarm_key else None  # checked even with the DHT off

@@ -39,14 +39,14 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Callable
 
+from swarm_app.kernel.errors import UsageError
 from swarm_app.kernel.files import write_text_atomic
 from swarm_app.peer import PROTOCOL_VERSION
-from swarm_app.kernel.errors import UsageError
 from swarm_app.peer.core import swarm_record
 from swarm_app.peer.core.addressbook import format_address, parse_address
 from swarm_app.peer.core.config import DhtConfig, check_dial_address
-from swarm_app.peer.core.identity import b64url
 from swarm_app.peer.core.dht_timer import CHECKED, UNCHECKED, DhtTimer, announce_key, looks_unchecked
+from swarm_app.peer.core.identity import b64url
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,6 @@ from types import SimpleNamespace
 import pytest
 
 from swarm_app.kernel.errors import UsageError
-from swarm_app.peer.core import swarm_record
 from swarm_app.peer.core.config import DhtConfig
 from swarm_app.peer.core.swarm_record import Signer, decode, encode, parse_public_key, salt, verify
 from swarm_app.peer.io.dht import DhtDiscovery
