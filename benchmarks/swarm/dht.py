@@ -102,7 +102,7 @@ class SimDht:
             timer.announced(key)
             self.announces += 1
             self.net.schedule(self._latency(), self._stored, key, node.addr)
-        links = node.core.discovery_links
+        links = node.core.discovery_links(now)
         if timer.lookup_due(now, links):
             self.lookups += 1
             self.net.schedule(self._latency(), self._answered, node, timer, CHECKED)

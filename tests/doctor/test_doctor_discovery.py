@@ -16,6 +16,17 @@ def test_the_discovery_lines_name_the_dht_and_what_it_reveals(monkeypatch):
     assert [line.split(":")[0] for line in lines[1:]] == ["mDNS (this LAN)", "bootstrap and --peer", "peer table"]
 
 
+def test_with_a_swarm_key_the_dht_line_says_it_reads_the_signed_record(monkeypatch):
+    from swarm_app.peer.core.swarm_record import Signer
+
+    monkeypatch.setattr(dht, "installed", lambda: True)
+    settings, key = Settings(), Signer.generate().public_text
+    settings.peer.swarm_key = key
+    line = _discovery(settings, "lab", [])[0]
+    assert f"record of hubs signed by {key[:12]}..." in line, line
+    assert "record" not in _discovery(Settings(), "lab", [])[0]
+
+
 def test_without_libtorrent_the_doctor_says_how_to_install_it(monkeypatch):
     monkeypatch.setattr(dht, "installed", lambda: False)
     assert _discovery(Settings(), "lab", [])[0] == 'DHT: off (libtorrent not installed: pip install "swarm-app[dht]")'

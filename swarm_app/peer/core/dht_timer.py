@@ -6,9 +6,11 @@ runs a real node (peer/io/dht.py, on asyncio's clock) and every node of the simu
 caller waits for the DHT's bootstrap first); announces come `early_announce_s` apart until three went
 out, then every `announce_s`; lookups every `lookup_s`, or while the node holds fewer than `hungry_below`
 links every `hungry_s`, doubling for each lookup in a row after the first that brought nothing new (at most
-2**6 times), never beyond `lookup_s`. The first miss does not double: the wait after a lookup is set when it
-starts, before its answer, so in a swarm's first seconds (nothing announced yet) doubling at once would push
-the lookup that finds the newly announced members 15 s later for every node that started with them.
+2**6 times), never beyond `lookup_s`; a node that falls short of links has its next lookup brought forward
+to `hungry_s` after its last one (the caller is woken at least every `hungry_s` to tell). The first miss
+does not double: the wait after a lookup is set when it starts, before its answer, so in a swarm's first
+seconds (nothing announced yet) doubling at once would push the lookup that finds the newly announced
+members 15 s later for every node that started with them.
 Every interval is jittered by +-20% (nodes that start together spread out).
 
 `announce_key` says under which of the swarm's two keys a node announces: CHECKED once a peer has dialed it
@@ -64,6 +66,9 @@ class DhtTimer:
         """The key of the last announce (None before the first)."""
         self._asked: str | None = UNCHECKED
         """The key `announce_due` was last asked about (announce_key's answer then)."""
+        self._last_lookup = start
+        self._slow = False
+        """The next lookup was set at the slow pace (the node held enough links then)."""
 
     @property
     def next_due(self) -> float:
@@ -72,7 +77,7 @@ class DhtTimer:
     def wake_after(self, now: float) -> float:
         """Seconds until the caller should ask again: when something is due, or KEY_CHECK_S while the node may
         still move to the checked key (not announced there yet, and not found unreachable)."""
-        wait = self.next_due - now
+        wait = min(self.next_due - now, self.config.hungry_s)  # a node that falls short of links is seen soon
         return min(wait, KEY_CHECK_S) if self._asked is not None and self.key != CHECKED else wait
 
     def found(self, count: int = 1) -> None:
@@ -96,14 +101,19 @@ class DhtTimer:
 
     def lookup_due(self, now: float, links: int) -> bool:
         """Whether a lookup is due at `now` for a node holding `links` links; if so it counts as started and
-        the next one is scheduled."""
+        the next one is scheduled. A node that falls short of links while the next lookup is set at the slow
+        pace has it brought forward to `hungry_s` after the last one."""
+        cfg = self.config
+        hungry = links < cfg.hungry_below
+        if hungry and self._slow:
+            self.next_lookup = min(self.next_lookup, self._last_lookup + self._jitter(cfg.hungry_s))
+            self._slow = False
         if now < self.next_lookup:
             return False
-        cfg = self.config
         self.misses = self.misses + 1 if self.lookups and not self._new else 0
         self._new = 0
         self.lookups += 1
-        hungry = links < cfg.hungry_below
+        self._last_lookup, self._slow = now, not hungry
         doublings = min(max(0, self.misses - 1), MAX_DOUBLINGS)
         wait = min(cfg.lookup_s, cfg.hungry_s * 2 ** doublings) if hungry else cfg.lookup_s
         self.next_lookup = now + self._jitter(wait)

@@ -84,7 +84,7 @@ class Outbound:
         found the swarm by the DHT alone knows none: it rotates through what it heard, the DHT's checked key
         ranked with peers' lists)."""
         config, outbound = self.config, self.links.outbound()
-        settled = self._settled(now)
+        settled = self.settled(now)
         need = dials_due(len(outbound), sum(not proven(c) for c in outbound), len(self.dialing), self.target_outbound,
                          config.low_outbound, config.high_outbound, config.unproven_outbound, settled)
         untried_left, guarded = need, self._guarded(outbound, now)
@@ -116,13 +116,13 @@ class Outbound:
             dials.append(Dial(state.addr))
         return dials
 
-    def _settled(self, now: float) -> bool:
+    def settled(self, now: float) -> bool:
         """Past the node's first `settle_after_s`: before, nothing it knows may have had anything to deliver."""
         return now >= self._started + self.config.settle_after_s
 
     def _guarded(self, outbound: list[Connection], now: float) -> bool:
         """Settled, and no outbound neighbour proven: whatever holds its links so far only announced itself."""
-        return self._settled(now) and not any(proven(c) for c in outbound)
+        return self.settled(now) and not any(proven(c) for c in outbound)
 
     def _announced_left(self, outbound: list[Connection], now: float) -> int:
         """How many more dials may go to addresses first heard of from inbound peers' hellos while any other
@@ -131,7 +131,7 @@ class Outbound:
         announce a server, and sixty hellos would otherwise take most of a newcomer's links), more only when
         nothing else is due (nodes that join together hear of each other by their hellos first); once
         settled, dials_due's bound on unproven links holds for them too."""
-        if self._settled(now):
+        if self.settled(now):
             return self.config.high_outbound
         return self.config.unproven_outbound - sum(map(is_announced, self._unproven_states(outbound)))
 
@@ -200,7 +200,7 @@ class Outbound:
         down before something else can be tried."""
         config = self.config
         judged = useless(outbound, config.useless_after_answers, delivering, now, config.useless_min_age_s)
-        if self._settled(now):
+        if self.settled(now):
             return judged
         due = self.addresses.candidates(now, lambda node: self._not_dialable(node, now), self.dialing)
         return judged[:sum(not is_announced(s) or s.verified for s in due)]
@@ -210,7 +210,7 @@ class Outbound:
         vouched for and longest on trial first: links dialed while none was proven (or kept after a proven
         one closed) do not outnumber the proven ones once one proves itself."""
         proven_links = sum(proven(c) for c in outbound)
-        if not proven_links or not self._settled(now):
+        if not proven_links or not self.settled(now):
             return []
         unproven = sorted((c for c in outbound if not proven(c)), key=lambda c: (self._vouched(c), c.opened))
         excess = len(unproven) - min(self.config.unproven_outbound, proven_links)

@@ -90,12 +90,14 @@ class NodeCore:
         """A peer reached this node by dial-back at least once (its signed record names where)."""
         return bool(self.exchange.dialable)
 
-    @property
-    def discovery_links(self) -> int:
-        """Open links as the DHT's schedule counts them (dht_timer.DhtTimer): none while no link has delivered
-        a rollout admitted here, since six links held by an eclipse are worth no more than none, and the node
-        keeps looking the swarm up at the hungry pace for addresses to rotate to."""
-        return self.view.links if any(proven(c) for c in self.links.values()) else 0
+    def discovery_links(self, now: float) -> int:
+        """Open links as the DHT's schedule counts them (dht_timer.DhtTimer): none while the node is past its
+        first `settle_after_s` and no link has delivered a rollout admitted here, since six links held by an
+        eclipse are worth no more than none: it keeps looking the swarm up at the hungry pace for addresses to
+        rotate to. (In its first minute nothing may have had anything to deliver yet.)"""
+        if self.outbound.settled(now) and not any(proven(c) for c in self.links.values()):
+            return 0
+        return self.view.links
 
     # --- time-driven decisions
 

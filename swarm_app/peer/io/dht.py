@@ -165,8 +165,9 @@ class DhtDiscovery:
         for node in [*self.config.nodes, *read_nodes(self.config.state_path)]:
             self._add_node(node)
         self._task = asyncio.create_task(self._schedule(), name="dht-schedule")
-        log.info("DHT: on, swarm '%s' key %s (routers: %s)", self.swarm, self.key.hex()[:12],
-                 ", ".join(self.config.routers) or "none")
+        log.info("DHT: on, swarm '%s' key %s (routers: %s)%s", self.swarm, self.key.hex()[:12],
+                 ", ".join(self.config.routers) or "none",
+                 f"; reads its record signed by {b64url(self.config.record_key)[:12]}..." if self.config.record_key else "")
         return True
 
     def _settings(self, lt: Any) -> dict:
@@ -356,5 +357,5 @@ def for_node(node: Any) -> DhtDiscovery:
     core = node.core
     return DhtDiscovery(config.dht, config.swarm, host, lambda: node.public_port,
                         lambda: announce_key(core.reachable, core.confirmed, node.mapping is not None),
-                        lambda: core.discovery_links, node._found_on_dht, random.Random(node.rng.random()),
+                        lambda: core.discovery_links(node.clock()), node._found_on_dht, random.Random(node.rng.random()),
                         node._found_in_record)

@@ -98,6 +98,33 @@ def test_a_node_short_of_links_looks_the_swarm_up_often_and_backs_off_only_after
     assert 240 <= next_wait(6) <= 360  # enough links: the slow pace
 
 
+def test_a_node_that_falls_short_of_links_looks_up_again_within_the_hungry_pace():
+    """With enough links the next lookup is minutes away; a node that then falls short of them (its links
+    closed, or held by an eclipse that delivers nothing: NodeCore.discovery_links) looks up again `hungry_s`
+    after its last lookup, and the schedule wakes it at least that often to tell."""
+    timer = DhtTimer(DhtConfig(hungry_s=15.0, lookup_s=300.0), random.Random(0), 0.0)
+    assert timer.lookup_due(0.0, 6) and timer.next_lookup >= 240
+    assert timer.wake_after(1.0) <= 15.0
+    assert not timer.lookup_due(5.0, 0)  # short of links now: due 12-18 s after the last lookup, not 240+
+    assert not timer.lookup_due(11.0, 0) and timer.lookup_due(18.1, 0)
+    assert timer.next_lookup <= 18.1 + 18
+
+
+def test_a_settled_node_whose_links_never_delivered_counts_as_short_of_links_for_the_dht():
+    sim = Simulation(8, ProtocolConfig(), seed=3)
+    core = sim.nodes[0].core
+    for k in range(1, 7):
+        core.add_address(sim.nodes[k].addr, "exchange")
+        assert sim.dial(0, sim.nodes[k].addr)
+    first = sim.now
+    core.tick(first)
+    assert core.discovery_links(first + 1) == 6  # its first minute: nothing may have had anything to give
+    settled = first + ProtocolConfig().settle_after_s + 1
+    assert core.discovery_links(settled) == 0  # six links, none delivered: an eclipse looks like this
+    next(iter(core.links.values())).delivered.add(1.0, settled)
+    assert core.discovery_links(settled) == 6
+
+
 def test_a_node_moves_to_the_checked_key_as_soon_as_a_dial_back_confirms_it():
     """Announces follow the schedule, but a change of key (the first confirmation) is announced at once, and
     the schedule wakes every KEY_CHECK_S until the node is on the checked key."""
