@@ -72,6 +72,8 @@ class SimDht:
         self.lookups = self.announces = self.handed_on = 0
         self._seen: dict[int, dict[tuple[str, bool], float]] = {}
         """Node index -> (address, checked) -> when it was last handed on."""
+        self._record_handed: dict[int, float] = {}
+        """Node index -> when the record's hubs were last handed on."""
 
     def start(self, node: SimNode) -> None:
         """`node` starts its DHT now: the first lookup and announce once the DHT has bootstrapped."""
@@ -113,12 +115,11 @@ class SimDht:
         self.net.schedule(max(0.05, timer.wake_after(now)), self._wake, node, timer)
 
     def _record_read(self, node: SimNode) -> None:
-        seen = self._seen[node.index]
         if not node.online or self.rng.random() < self.model.miss:
             return
-        if self.net.now - seen.get(("record", True), -1e18) < SEEN_AGAIN_S:
+        if self.net.now - self._record_handed.get(node.index, -1e18) < SEEN_AGAIN_S:
             return
-        seen["record", True] = self.net.now
+        self._record_handed[node.index] = self.net.now
         for addr in self.model.record:
             node.core.add_address(addr, "bootstrap")
 

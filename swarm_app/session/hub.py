@@ -16,14 +16,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 from swarm_app.kernel.errors import RunFolderBusy, UsageError
 from swarm_app.kernel.events import Event, HubStarted, HubStatus
-from swarm_app.kernel.files import write_text_atomic
 from swarm_app.kernel.settings import Settings
 from swarm_app.session.bus import EventBus
 from swarm_app.session.peering import Peering
@@ -81,16 +79,16 @@ class SwarmRecord:
         """The key in `path` (made, readable by this user only, when missing) and the checked hub addresses;
         UsageError for a missing hub, a bad address or an unreadable key file (checked before the key is made)."""
         from swarm_app.peer.core import swarm_record
-        from swarm_app.peer.core.identity import b64url, unb64url
+        from swarm_app.peer.core.identity import b64url, check_private_file, unb64url, write_private_file
 
         checked = cls.checked_hubs(hubs)
         created = not path.exists()
         try:
             if created:
                 signer = swarm_record.Signer.generate()
-                write_text_atomic(path, b64url(signer.seed) + "\n")
-                os.chmod(path, 0o600)
+                write_private_file(path, (b64url(signer.seed) + "\n").encode("ascii"))
             else:
+                check_private_file(path)
                 signer = swarm_record.Signer(unb64url(path.read_text(encoding="ascii").strip()))
                 signer.public_key  # noqa: B018 (a seed of the wrong size raises here, not on the first put)
         except (OSError, UnicodeDecodeError, ValueError) as exc:
