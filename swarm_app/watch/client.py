@@ -116,9 +116,10 @@ def dropped(exc: BaseException) -> bool:
 
 
 def busy(exc: BaseException, pid: int) -> bool:
-    """The connection timed out while the watch file's node process runs: too busy to accept yet (a flood of
-    connections on its port), not gone."""
-    return isinstance(exc, TimeoutError) and psutil.pid_exists(pid)
+    """The connection timed out, or was refused, while the watch file's node process runs: too busy to accept
+    yet (a flood of connections on its port fills the listen queue), not gone. Retried a few seconds; a node
+    that is gone (no such process) is said so at once."""
+    return isinstance(exc, (TimeoutError, aiohttp.ClientConnectorError)) and psutil.pid_exists(pid)
 
 
 def decode(text: str) -> Event | None:

@@ -203,4 +203,6 @@ def test_a_watcher_waits_for_a_running_node_that_is_too_busy_to_accept_not_for_a
     gone.wait()
     timed_out = aiohttp.ConnectionTimeoutError("connect timed out")
     assert busy(timed_out, os.getpid()) and not busy(timed_out, gone.pid)
-    assert not busy(ConnectionRefusedError(), os.getpid())  # nothing listens there: no waiting
+    refused = aiohttp.ClientConnectorError(None, ConnectionRefusedError(111, "refused"))  # a full listen queue
+    assert busy(refused, os.getpid()) and not busy(refused, gone.pid)
+    assert not busy(ConnectionRefusedError(), os.getpid())  # not from a connect attempt: no waiting
