@@ -43,6 +43,8 @@ class AddressState:
     """The address answered HTTP but refused the websocket: pull it over GET /sample."""
     network: str = ""
     """Its host's /24 (IPv4) or /48 (IPv6); the host itself where a private address counts alone."""
+    group: str = ""
+    """Its host's /16 (IPv4) or /32 (IPv6); the host itself where a private address counts alone."""
     lan: bool = False
     """A private address counted on its own (sources.Networks.is_lan)."""
     verified: bool = False
@@ -109,7 +111,7 @@ class AddressBook:
                 return None
             host = parse_address(addr)[0]
             state = self._book[addr] = AddressState(addr, source, network=self.networks.of(host),
-                                                    lan=self.networks.is_lan(host))
+                                                    group=self.networks.group(host), lan=self.networks.is_lan(host))
             self._trim()
         elif source == "bootstrap" or (source == "dht" and state.source == "dht-unchecked"):
             state.source = source

@@ -81,8 +81,9 @@ class Outbound:
         """Dial towards `target_outbound` as overlay.dials_due allows (every missing link at once below
         `low_outbound`; few links to unproven peers); overlay.pick_dial chooses. While settled with no
         proven link, overlay.guarded_dials keeps most places for vouched addresses, if it knows any (a node that
-        found the swarm by the DHT alone knows none: it rotates through what it heard, the DHT's checked key
-        ranked with peers' lists)."""
+        found the swarm by the DHT alone knows none: it rotates through what it heard). While no outbound link is
+        proven, settled or not, the DHT's checked key ranks with peers' lists: peers that gave nothing vouch
+        for nothing they list."""
         config, outbound = self.config, self.links.outbound()
         settled = self.settled(now)
         need = dials_due(len(outbound), sum(not proven(c) for c in outbound), len(self.dialing), self.target_outbound,
@@ -95,7 +96,7 @@ class Outbound:
         if need <= 0:
             return []
         candidates = self.addresses.candidates(now, lambda node: self._not_dialable(node, now), self.dialing)
-        held = self._held_networks()
+        held = self._held()
         announced_left = self._announced_left(outbound, now)
         dials: list[Action] = []
         while len(dials) < need:
@@ -103,7 +104,7 @@ class Outbound:
             tokens = self._unverified_tokens(now)
             state = pick_dial(candidates, held, self.rng, tokens >= 1, vouched_only=vouched_only,
                               announced_last=announced_left <= 0, unchecked_allowed=tokens >= self._unchecked_floor,
-                              nothing_proven=guarded)
+                              nothing_proven=not any(proven(c) for c in outbound))
             if state is None:
                 self.hungry = not vouched_only
                 break
@@ -111,7 +112,7 @@ class Outbound:
                 self._unverified.take(now)
             announced_left -= is_announced(state)
             candidates = [s for s in candidates if s is not state]
-            held.add(state.network)
+            held |= {state.network, state.group}
             self.dialing.add(state.addr)
             dials.append(Dial(state.addr))
         return dials
@@ -159,10 +160,12 @@ class Outbound:
         `unchecked_share` keeps for the checked key's and peers' addresses."""
         return max(1.0, self._unverified.burst * (1 - self.config.unchecked_share))
 
-    def _held_networks(self) -> set[str]:
-        """Networks of the outbound neighbours and of the dials in flight."""
-        held = {self.addresses.get(addr).network for addr in self.dialing if self.addresses.get(addr)}
-        return held | {self.addresses.networks.of(c.ip) for c in self.links.outbound()}
+    def _held(self) -> set[str]:
+        """Networks and groups (sources.Networks) of the outbound neighbours and of the dials in flight."""
+        networks = self.addresses.networks
+        states = [self.addresses.get(addr) for addr in self.dialing]
+        held = {name for s in states if s for name in (s.network, s.group)}
+        return held | {name for c in self.links.outbound() for name in (networks.of(c.ip), networks.group(c.ip))}
 
     def drop_useless(self, now: float) -> list[Action]:
         """Replace at once the outbound neighbours that answered pulls with nothing this node admitted while

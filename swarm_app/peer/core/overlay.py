@@ -4,10 +4,11 @@ Known designs, not new ones: HyParView's small active view fed from a larger pas
 outbound links and the address book), Bitcoin's addrman split between addresses that worked ("tried")
 and addresses only heard of ("new"), and GossipSub v1.1's peer scoring (first deliveries earn a score
 that decays) and per-IP colocation limits.
-- `pick_dial`: the next address to dial: a network (/24, /48) no outbound neighbour or pending dial
-  already holds when one is due, half of the time an address that proved useful before; an address
-  this node never reached itself only while the budget for those lasts; in a node's first minute, only a
-  few links to addresses inbound peers announced while others are due (outbound.py `_announced_left`).
+- `pick_dial`: the next address to dial: of a group (/16, /32), else a network (/24, /48), no outbound
+  neighbour or pending dial already holds when one is due; half of the time an address that proved useful
+  before; a group at random and then an address of it (`spread_choice`); an address this node never
+  reached itself only while the budget for those lasts; in a node's first minute, only a few links to
+  addresses inbound peers announced while others are due (outbound.py `_announced_left`).
 - `stalled_victim`: while no connection delivers anything (an eclipse, or a quiet swarm), one outbound
   neighbour that was judged, to replace now and then: a node whose links all only announce themselves
   is not stuck with them, and since nothing earns a place, none is protected.
@@ -112,23 +113,26 @@ def probes_due(outbound: Iterable[N], judged_after: int) -> list[N]:
     return [c for c in outbound if on_trial(c, judged_after) and not c.pending]
 
 
-def pick_dial(candidates: Sequence[AddressState], held_networks: set[str], rng: random.Random,
+def pick_dial(candidates: Sequence[AddressState], held: set[str], rng: random.Random,
               unverified_allowed: bool, tried_share: float = 0.5, vouched_only: bool = False,
               announced_last: bool = False, unchecked_allowed: bool = True,
               nothing_proven: bool = False) -> AddressState | None:
     """One address to dial among the due `candidates`, or None.
 
-    Networks already held are passed over while any other is due (one outbound neighbour per /24 as
-    long as the book allows); within that, with probability `tried_share` an address that delivered
-    rollouts here before, otherwise any; never-reached addresses only when `unverified_allowed`, and
+    Networks and groups already `held` (by an outbound neighbour or a dial in flight) are passed over while
+    any other is due: an address of a group (/16, /32) no neighbour holds first, else of a network (/24, /48)
+    none holds (Bitcoin's one outbound connection per netgroup, as long as the book allows); within that,
+    with probability `tried_share` an address that delivered rollouts here before, otherwise any, drawn by
+    `spread_choice`; never-reached addresses only when `unverified_allowed`, and
     addresses that inbound peers merely announced only when no other is due, and those found under the
     DHT's unchecked key (dht_timer.announce_key) only after them. `vouched_only`: only
     addresses the user named or that delivered here before (`is_vouched`). `unchecked_allowed`: whether a
     never-reached address from the unchecked key may be dialed now (the budget's reserve). `announced_last`: addresses
     first heard of from an inbound peer's hello (`is_announced`) only when no other is due, reached since
-    or not. `nothing_proven`: no neighbour of this settled node has delivered (`proven`), so the peer lists it
-    holds came from peers that gave nothing, which is how an eclipse fills a book; addresses of the DHT's checked
-    key (each announced by its own node once a dial-back reached it) then rank with those heard from peers.
+    or not. `nothing_proven`: no outbound neighbour of this node has delivered (`proven`), so the peer lists it
+    holds came from peers that gave nothing, which is how an eclipse or a poisoned lookup fills a book; addresses
+    of the DHT's checked key (each announced by its own node once a dial-back reached it) then rank with those
+    heard from peers.
     """
     usable = [s for s in candidates if (unverified_allowed or is_trusted(s)) and (is_vouched(s) or not vouched_only)
               and (unchecked_allowed or s.source != "dht-unchecked" or is_trusted(s))]
@@ -138,14 +142,25 @@ def pick_dial(candidates: Sequence[AddressState], held_networks: set[str], rng: 
     usable = heard or usable  # addresses inbound peers announced (often behind NAT): only when nothing else
     checked = [s for s in usable if s.source != "dht-unchecked" or s.verified]
     usable = checked or usable  # the DHT's unchecked key (mostly behind NAT): only when nothing else
-    fresh = [s for s in usable if s.network not in held_networks]
-    pool = fresh or usable
+    fresh = [s for s in usable if s.network not in held]
+    wider = [s for s in fresh if (s.group or s.network) not in held]
+    pool = wider or fresh or usable
     if not pool:
         return None
     tried = [s for s in pool if s.useful > 0]
     if tried and rng.random() < tried_share:
-        return rng.choice(tried)
-    return rng.choice(pool)
+        return spread_choice(tried, rng)
+    return spread_choice(pool, rng)
+
+
+def spread_choice(states: Sequence[AddressState], rng: random.Random) -> AddressState:
+    """A group (/16, /32: `AddressState.group`) at random, then an address of it at random (Bitcoin addrman's
+    netgroup buckets): 150 addresses an attacker holds in a few rented blocks are drawn about as often as a
+    few members at home on as many providers, not 150 times as often. States without a group count alone."""
+    groups: dict[str, list[AddressState]] = {}
+    for state in states:
+        groups.setdefault(state.group or state.addr, []).append(state)
+    return rng.choice(groups[rng.choice(sorted(groups))])
 
 
 def is_trusted(state: AddressState) -> bool:

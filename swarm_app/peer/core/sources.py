@@ -2,7 +2,8 @@
 
 A key costs nothing to make, so budgets per key alone buy nothing: here every budget is also kept per
 source address and per network (/24 for IPv4, /48 for IPv6), the way GossipSub v1.1 scores IP colocation.
-- `prefix_of(ip)`: the network a source address belongs to.
+- `prefix_of(ip)`: the network a source address belongs to; `group_of(ip)`: its wider group (/16, /32), which
+  dials are spread over (overlay.pick_dial).
 - `is_private(ip)`: the address is in a private network (RFC 1918, link-local, ULA, loopback): the one
   predicate of the LAN rule. `Networks` groups addresses for every budget and cap that counts per network
   (address book, outbound spread, inbound slots, new authors, standing, the draw, dial-back witnesses):
@@ -55,6 +56,18 @@ def prefix_of(ip: str) -> str:
     return str(ipaddress.ip_network(f"{address}/{bits}", strict=False))
 
 
+@functools.lru_cache(maxsize=16384)
+def group_of(ip: str) -> str:
+    """The source's wider group: its /16 (IPv4) or /32 (IPv6), Bitcoin addrman's "netgroup": one operator's
+    addresses (a rented block, a cloud region) mostly share one, the members of a swarm at home mostly do
+    not; anything unparsable stands for itself."""
+    address = _parsed(ip)
+    if address is None:
+        return ip
+    bits = 16 if address.version == 4 else 32
+    return str(ipaddress.ip_network(f"{address}/{bits}", strict=False))
+
+
 LAN_NETWORKS = tuple(ipaddress.ip_network(n) for n in (
     "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16",  # RFC 1918
     "169.254.0.0/16", "fe80::/10",  # link-local
@@ -87,6 +100,10 @@ class Networks:
     def of(self, ip: str) -> str:
         """The network `ip` counts under: the address itself on a LAN, else its /24 (/48)."""
         return ip.strip("[]") if self.is_lan(ip) else prefix_of(ip)
+
+    def group(self, ip: str) -> str:
+        """The wider group `ip` is drawn from when dialing: the address itself on a LAN, else its /16 (/32)."""
+        return ip.strip("[]") if self.is_lan(ip) else group_of(ip)
 
 
 PUBLIC = Networks()
