@@ -70,8 +70,8 @@ async def answer_pulls_with_nothing(ws: Any) -> None:
 class Hostile:
     """One attacker address: its server (key `server`) and, for the eclipse, a door-knocker (key `door`)."""
 
-    def __init__(self, host: str, listing: Callable[[Hostile], dict[str, list[Any]]]) -> None:
-        self.host, self.listing = host, listing
+    def __init__(self, host: str, listing: Callable[[Hostile], dict[str, list[Any]]], swarm: str = SWARM) -> None:
+        self.host, self.listing, self.swarm = host, listing, swarm
         self.server, self.door = Identity.generate(), Identity.generate()
         self.addr = ""
         self.record: NodeRecord | None = None
@@ -91,7 +91,7 @@ class Hostile:
         await self._runner.setup()
         await web.TCPSite(self._runner, self.host, 0).start()
         self.addr = format_address(self.host, self._runner.addresses[0][1])
-        self.record = sign_record(self.server, SWARM, [self.addr], True, now_ms())
+        self.record = sign_record(self.server, self.swarm, [self.addr], True, now_ms())
         self._http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(local_addr=(self.host, 0), limit=0),
                                            timeout=aiohttp.ClientTimeout(total=10))
 
@@ -111,7 +111,7 @@ class Hostile:
     async def _serve_ws(self, request: web.Request) -> web.WebSocketResponse:
         ws = web.WebSocketResponse(max_msg_size=WS_MAX_MSG_SIZE)
         await ws.prepare(request)
-        handshake = ServerHandshake(self.server, self.addr, SWARM)
+        handshake = ServerHandshake(self.server, self.addr, self.swarm)
         try:
             await ws.send_str(encode(handshake.on_client_hello(await next_frame(ws))))
             handshake.on_client_proof(await next_frame(ws))
@@ -135,7 +135,7 @@ class Hostile:
             try:
                 ws = await self._http.ws_connect(f"http://{victim}{PREFIX}/ws", max_msg_size=WS_MAX_MSG_SIZE)
                 try:
-                    handshake = ClientHandshake(self.door, self.addr, SWARM)
+                    handshake = ClientHandshake(self.door, self.addr, self.swarm)
                     await ws.send_str(encode(handshake.start()))
                     await ws.send_str(encode(handshake.on_server_hello(await next_frame(ws))))
                     await answer_pulls_with_nothing(ws)

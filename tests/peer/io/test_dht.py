@@ -7,19 +7,24 @@ the machine.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
+import random
 import time
 
 import pytest
 
-from swarm_app.peer.core.config import DhtConfig
+from swarm_app.peer.core.config import DhtConfig, PeerConfig
 from swarm_app.peer.core.dht_timer import CHECKED, UNCHECKED
+from swarm_app.peer.core.records import MAX_RECORDS
+from swarm_app.peer.core.sources import SourceLimits
 from swarm_app.peer.core.swarm_record import Signer
 from swarm_app.peer.io import dht
 from swarm_app.peer.io.dht import DhtDiscovery, info_hash
 from tests.peer.helpers import make_rollouts, wait_for
-from tests.peer.io.nodes_on_loopback import linux_only, on, started
+from tests.peer.io.hostile_servers import Hostile, listed
+from tests.peer.io.nodes_on_loopback import FAST_DIALBACK, linux_only, on, started
 
 pytestmark = [linux_only, pytest.mark.skipif(not dht.installed(), reason="libtorrent not installed (the [dht] extra)")]
 
@@ -238,6 +243,91 @@ async def test_two_hundred_fake_announcements_cost_no_more_than_the_unverified_d
 @pytest.mark.slow
 async def test_with_two_hundred_fake_announcements_a_node_still_links_to_six_honest_nodes_within_a_minute(seed):
     await two_hundred_fakes(seed, honest_count=7, want=6, timeout_s=60)
+
+
+ATTACKER_GROUPS = 8
+"""The /16s (127.100-107) the attacker's addresses are spread over, each on its own /24: blocks rented from a few
+providers. The honest members sit on a /16 each (home users on as many providers)."""
+
+
+async def dead_and_hostile(seed: DhtDiscovery, dead: int, hostile: int, honest_count: int) -> dict:
+    """The swarm of `honest_count` honest nodes (fast settings, each holding links to all the others, so that none
+    dials a newcomer: a swarm whose members' places are taken, or a newcomer behind NAT) meets on the DHT; a
+    victim with a `swarm run` node's overlay rules and budgets at their real pace joins by the DHT alone, and its
+    lookups bring `dead` addresses where no node answers and `hostile` servers that complete the hello, answer
+    every pull with nothing and list each other (hostile_servers.py), each on its own /24 of ATTACKER_GROUPS /16s.
+    The victim starts once the swarm has formed and hears of every fake before its own lookup answers. Returns the
+    seconds to `honest_count - 1` honest links, its dials to the dead addresses and the unverified budget."""
+    want = honest_count - 1
+    honest_configs = [dataclasses.replace(c, protocol=dataclasses.replace(c.protocol, target_outbound=want,
+                                                                         low_outbound=want))
+                      for c in nodes_with_dht(honest_count, seed, first=70)]
+    victim_config = PeerConfig(listen="127.90.0.1:0", source_ip="127.90.0.1", swarm="dht-lab", mdns=False,
+                               sources=SourceLimits(), reachability=FAST_DIALBACK, dht=dataclasses.replace(FAST, nodes=(
+                                   f"127.40.0.1:{seed.listen_port}",)))
+    rng = random.Random(41)
+    crowd: list[Hostile] = []
+
+    def others(me: Hostile) -> dict:
+        pool = [h.record for h in crowd if h is not me and h.record is not None]
+        return listed(rng.sample(pool, min(MAX_RECORDS, len(pool))))
+
+    hosts = [f"127.{100 + k % ATTACKER_GROUPS}.{10 + k // ATTACKER_GROUPS}.1" for k in range(dead + hostile)]
+    crowd = [Hostile(host, others, swarm="dht-lab") for host in hosts[:hostile]]
+    dead_addrs = [f"{host}:{20000 + k}" for k, host in enumerate(hosts[hostile:])]  # nothing listens there
+    async with started(*honest_configs) as honest:
+        await asyncio.gather(*(h.start() for h in crowd))
+        publishing = asyncio.create_task(publish_every_second(honest))
+        try:
+            honest_ids = {n.node_id for n in honest}
+            assert await wait_for(lambda: all(sum(n.core.view.is_linked(p) for p in honest_ids) >= want
+                                              for n in honest), timeout_s=45), "the honest swarm did not form"
+            async with started(victim_config) as (victim,):
+                return await join_among_fakes(victim, honest, crowd, dead_addrs)
+        finally:
+            publishing.cancel()
+            await asyncio.gather(*(h.stop() for h in crowd), return_exceptions=True)
+
+
+async def join_among_fakes(victim, honest, crowd: list[Hostile], dead_addrs: list[str]) -> dict:
+    """The victim, just started, hears of every fake at once (a poisoned lookup answers before an honest one)."""
+    dials: list[str] = []
+    dial = victim.dialer.dial
+
+    def counted(addr):
+        dials.append(addr)
+        return dial(addr)
+
+    victim.dialer.dial = counted
+    fakes = dead_addrs + [h.addr for h in crowd]
+    random.Random(7).shuffle(fakes)
+    start = time.monotonic()
+    for addr in fakes:
+        victim._found_on_dht(addr)  # what the DHT hands on from a poisoned lookup (the checked key)
+    assert sum(a in victim.core.addresses for a in fakes) == len(fakes)  # every fake is a candidate
+    honest_ids, want = {n.node_id for n in honest}, len(honest) - 1
+    linked = lambda: sum(victim.core.view.is_linked(p) for p in honest_ids)  # noqa: E731
+    reached = await wait_for(lambda: linked() >= want, timeout_s=90)
+    elapsed = time.monotonic() - start
+    assert sum(h.linked for h in crowd) > 0 or not crowd  # the attack landed: it dialed hostile servers
+    protocol = victim.config.protocol
+    return {"took_s": elapsed if reached else float("inf"), "dead_dials": sum(d in set(dead_addrs) for d in dials),
+            "hostile_links": sum(h.linked for h in crowd), "linked": linked(),
+            "budget": protocol.unverified_dial_burst + protocol.unverified_dial_rate * elapsed}
+
+
+async def publish_every_second(nodes) -> None:
+    for k in range(10**6):
+        for i, node in enumerate(nodes):
+            node.publish(make_rollouts(1, seed=900 + 1000 * i + k)[0])
+        await asyncio.sleep(1.0)
+
+
+@pytest.mark.slow
+async def test_with_200_dead_and_hostile_announcements_a_joiner_dials_six_honest_nodes_within_a_minute(seed):
+    result = await dead_and_hostile(seed, dead=150, hostile=50, honest_count=7)
+    assert result["dead_dials"] <= result["budget"] + 1
+    assert result["took_s"] <= 60, result
 
 
 @pytest.mark.slow
