@@ -1,7 +1,7 @@
 """The core tests' simulator: benchmarks/swarm/network.py (the one simulator of this repository, shared
 with benchmarks/swarm_sim.py), started with `n` reachable nodes a fixed latency apart and 0.1 s ticks.
 
-Node i's address is `node_ip(i):4747`, one /24 each, as on the internet.
+Node i's address is `node_ip(i):4747`, one /16 each, as members at home on many providers.
 """
 
 from __future__ import annotations

@@ -82,8 +82,8 @@ class Outbound:
         `low_outbound`; few links to unproven peers); overlay.pick_dial chooses. While settled with no
         proven link, overlay.guarded_dials keeps most places for vouched addresses, if it knows any (a node that
         found the swarm by the DHT alone knows none: it rotates through what it heard). While no outbound link is
-        proven, settled or not, the DHT's checked key ranks with peers' lists: peers that gave nothing vouch
-        for nothing they list."""
+        proven or vouched for and one was judged useless (`_doubted`), settled or not, the DHT's checked key ranks
+        with peers' lists: peers that gave nothing vouch for nothing they list."""
         config, outbound = self.config, self.links.outbound()
         settled = self.settled(now)
         need = dials_due(len(outbound), sum(not proven(c) for c in outbound), len(self.dialing), self.target_outbound,
@@ -104,7 +104,7 @@ class Outbound:
             tokens = self._unverified_tokens(now)
             state = pick_dial(candidates, held, self.rng, tokens >= 1, vouched_only=vouched_only,
                               announced_last=announced_left <= 0, unchecked_allowed=tokens >= self._unchecked_floor,
-                              nothing_proven=not any(proven(c) for c in outbound))
+                              nothing_proven=guarded or self._doubted(outbound, now))
             if state is None:
                 self.hungry = not vouched_only
                 break
@@ -159,6 +159,15 @@ class Outbound:
         """Tokens a dial to an address of the DHT's unchecked key must leave at least: the reserve
         `unchecked_share` keeps for the checked key's and peers' addresses."""
         return max(1.0, self._unverified.burst * (1 - self.config.unchecked_share))
+
+    def _doubted(self, outbound: list[Connection], now: float) -> bool:
+        """The peer lists this node holds are worth no more than the DHT's checked key: no outbound neighbour
+        vouches for its list (it delivered here, `proven`, or its address is `_vouched`), and one has been
+        judged (overlay.useless: old enough, pulls answered with nothing), as hostile peers that list each
+        other are. A young honest link's list keeps its rank."""
+        if any(proven(c) or self._vouched(c) for c in outbound):
+            return False
+        return bool(useless(outbound, self.config.useless_after_answers, True, now, self.config.useless_min_age_s))
 
     def _held(self) -> set[str]:
         """Networks and groups (sources.Networks) of the outbound neighbours and of the dials in flight."""

@@ -129,10 +129,11 @@ def pick_dial(candidates: Sequence[AddressState], held: set[str], rng: random.Ra
     addresses the user named or that delivered here before (`is_vouched`). `unchecked_allowed`: whether a
     never-reached address from the unchecked key may be dialed now (the budget's reserve). `announced_last`: addresses
     first heard of from an inbound peer's hello (`is_announced`) only when no other is due, reached since
-    or not. `nothing_proven`: no outbound neighbour of this node has delivered (`proven`), so the peer lists it
-    holds came from peers that gave nothing, which is how an eclipse or a poisoned lookup fills a book; addresses
-    of the DHT's checked key (each announced by its own node once a dial-back reached it) then rank with those
-    heard from peers.
+    or not. `nothing_proven`: no outbound neighbour of this node has delivered (`proven`) or is vouched for, and
+    one was judged by what it gave, or the node settled with none delivering (outbound.py `_doubted`), so the
+    peer lists it holds came from peers that gave nothing, which is how an eclipse or a poisoned lookup fills a
+    book; addresses of the DHT's checked key (each announced by its own node once a dial-back reached it) then
+    rank with those heard from peers.
     """
     usable = [s for s in candidates if (unverified_allowed or is_trusted(s)) and (is_vouched(s) or not vouched_only)
               and (unchecked_allowed or s.source != "dht-unchecked" or is_trusted(s))]

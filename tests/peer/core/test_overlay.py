@@ -45,6 +45,22 @@ def test_dials_go_to_networks_not_yet_held_and_half_to_proven_addresses():
     assert all(pick_dial(announced, set(), rng, True) is unverified[0] for _ in range(20))
 
 
+def test_dials_go_to_a_wider_group_not_yet_held_and_draw_groups_not_addresses():
+    """150 addresses in three rented /16s against five members on five /16s: a /16 is drawn first, then an
+    address of it, so the members are drawn about 5 times in 8, not 5 in 155; a /16 already held waits while
+    another is due, even on a /24 not held."""
+    rng = random.Random(0)
+    rented = [AddressState(f"30.{k % 3}.{k // 3}.1:1", "exchange", network=f"30.{k % 3}.{k // 3}.0/24",
+                           group=f"30.{k % 3}.0.0/16", verified=True) for k in range(150)]
+    members = [AddressState(f"4{k}.7.0.1:1", "exchange", network=f"4{k}.7.0.0/24", group=f"4{k}.7.0.0/16",
+                            verified=True) for k in range(5)]
+    picks = [pick_dial(rented + members, set(), rng, True) for _ in range(800)]
+    assert 0.55 < sum(p in members for p in picks) / 800 < 0.7
+    held = {"30.0.0.0/16", "30.1.0.0/16", "30.2.0.0/16"}  # a neighbour on each rented /16
+    assert all(pick_dial(rented + members[:1], held, rng, True) is members[0] for _ in range(20))
+    assert pick_dial(rented, held, rng, True) in rented  # only held groups left: a /24 not held still goes
+
+
 def test_dht_addresses_count_as_self_announced_until_a_peer_lists_them():
     """The DHT hands on what owners announced (in a swarm mostly behind NAT, mostly dead; any can be invented):
     one failed dial forgets such an address, and addresses heard from peers are dialed first; once a peer's

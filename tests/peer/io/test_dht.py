@@ -323,7 +323,6 @@ async def publish_every_second(nodes) -> None:
         await asyncio.sleep(1.0)
 
 
-@pytest.mark.slow
 async def test_with_200_dead_and_hostile_announcements_a_joiner_dials_six_honest_nodes_within_a_minute(seed):
     result = await dead_and_hostile(seed, dead=150, hostile=50, honest_count=7)
     assert result["dead_dials"] <= result["budget"] + 1
