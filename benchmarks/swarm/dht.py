@@ -20,7 +20,7 @@ What the DHT does, and nothing else (`DhtModel`):
   closest nodes that store it did not answer, or the lookup ended before reaching them), and of the rest at
   most `answer_max` come back, drawn at random (a get_peers reply carries at most ~100 peers);
 - poisoned answers: `dead` addresses that nobody serves, announced under the checked key for the whole run,
-  each on its own /24 (the worst case for the core's per-network caps), and, in a run with hostile nodes,
+  each on its own /16 (the worst case for the core's per-network caps and spread), and, in a run with hostile nodes,
   theirs;
 - the swarm's signed record (`record`: its hubs' addresses; core/swarm_record.py): read with every lookup of
   the checked key, after its own latency, missed with the same probability as an announcement; its hubs go to
@@ -57,8 +57,10 @@ class DhtModel:
 
 
 def dead_address(k: int) -> str:
-    """The k-th poisoned address: public, one /24 each, in 30.0.0.0/8 and up (no simulated node is there)."""
-    return f"{30 + k // 62_500}.{k // 250 % 250}.{k % 250}.1:{PORT}"
+    """The k-th poisoned address: public, one /16 each, 120.<k % 250>.0.1 and up (no simulated node is there):
+    a poisoned answer may name any address, so the attacker's best case against the core's spread of dials
+    over /16s and /24s."""
+    return f"{120 + k // 250}.{k % 250}.0.1:{PORT}"
 
 
 class SimDht:

@@ -90,9 +90,11 @@ def seeded_identity(label: str) -> Identity:
 
 
 def node_ip(index: int) -> str:
-    """One /24 per node, as on the internet: 20.<i // 250>.<i % 250>.1 (then 21.x.y.1, ...). Public addresses:
-    a private network's (10/8, 192.168/16, ...) may be treated as one LAN by the peer core's rules."""
-    return f"{20 + index // 62_500}.{index // 250 % 250}.{index % 250}.1"
+    """One /16 per node, as members at home on many providers: 20.<i % 250>.0.1, then 21.x.0.1, ... (up to
+    58,750 nodes). Public addresses: a private network's (10/8, 192.168/16, ...) may be treated as one LAN by
+    the peer core's rules. Hostile nodes are numbered among the honest, so they too hold a /16 each: the
+    attacker's best case against the core's spread of dials over /16s (overlay.pick_dial)."""
+    return f"{20 + index // 250}.{index % 250}.0.1"
 
 
 class Network:
