@@ -98,13 +98,14 @@ class Outbound:
         candidates = self.addresses.candidates(now, lambda node: self._not_dialable(node, now), self.dialing)
         held = self._held()
         announced_left = self._announced_left(outbound, now)
+        doubted = guarded or self._doubted(outbound, now)
         dials: list[Action] = []
         while len(dials) < need:
             vouched_only = len(dials) >= untried_left
             tokens = self._unverified_tokens(now)
             state = pick_dial(candidates, held, self.rng, tokens >= 1, vouched_only=vouched_only,
                               announced_last=announced_left <= 0, unchecked_allowed=tokens >= self._unchecked_floor,
-                              nothing_proven=guarded or self._doubted(outbound, now))
+                              nothing_proven=doubted)
             if state is None:
                 self.hungry = not vouched_only
                 break
