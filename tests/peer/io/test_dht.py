@@ -247,7 +247,9 @@ async def test_with_two_hundred_fake_announcements_a_node_still_links_to_six_hon
 
 ATTACKER_GROUPS = 8
 """The /16s (127.100-107) the attacker's addresses are spread over, each on its own /24: blocks rented from a few
-providers. The honest members sit on a /16 each (home users on as many providers)."""
+providers (a DHT announce needs a token sent to the announced address, so announced addresses are ones the attacker
+holds). The honest members sit on a /16 each (home users on as many providers). An attacker on as many /16s as
+addresses is held by the unverified budget alone (docs/benchmarks.md)."""
 
 
 async def dead_and_hostile(seed: DhtDiscovery, dead: int, hostile: int, honest_count: int) -> dict:
