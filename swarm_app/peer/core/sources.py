@@ -49,11 +49,7 @@ def prefix_of(ip: str) -> str:
     """The source's network: its /24 (IPv4) or /48 (IPv6); anything unparsable stands for itself.
     Cached: it is asked for every admitted rollout and every dial, about a few thousand distinct
     addresses, and parsing one costs ~10 us."""
-    address = _parsed(ip)
-    if address is None:
-        return ip
-    bits = 24 if address.version == 4 else 48
-    return str(ipaddress.ip_network(f"{address}/{bits}", strict=False))
+    return _network_of(ip, 24, 48)
 
 
 @functools.lru_cache(maxsize=16384)
@@ -61,10 +57,14 @@ def group_of(ip: str) -> str:
     """The source's wider group: its /16 (IPv4) or /32 (IPv6), Bitcoin addrman's "netgroup": one operator's
     addresses (a rented block, a cloud region) mostly share one, the members of a swarm at home mostly do
     not; anything unparsable stands for itself."""
+    return _network_of(ip, 16, 32)
+
+
+def _network_of(ip: str, v4_bits: int, v6_bits: int) -> str:
     address = _parsed(ip)
     if address is None:
         return ip
-    bits = 16 if address.version == 4 else 32
+    bits = v4_bits if address.version == 4 else v6_bits
     return str(ipaddress.ip_network(f"{address}/{bits}", strict=False))
 
 

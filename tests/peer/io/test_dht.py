@@ -203,25 +203,42 @@ async def test_with_the_dht_off_nodes_without_bootstrap_find_nobody():
         assert not await wait_for(lambda: any(n.stats().neighbours for n in nodes), timeout_s=8)
 
 
+def counted_dials(node) -> list[str]:
+    """Every address `node` dials from now on, in order."""
+    dials: list[str] = []
+    dial = node.dialer.dial
+
+    def counted(addr):
+        dials.append(addr)
+        return dial(addr)
+
+    node.dialer.dial = counted
+    return dials
+
+
+def poison(victim, fakes: list[str]) -> None:
+    """Hand `fakes` to `victim` as a poisoned lookup of the checked key would, and check the attack landed: every
+    fake is a dial candidate."""
+    for addr in fakes:
+        victim._found_on_dht(addr)
+    assert sum(a in victim.core.addresses for a in fakes) == len(fakes)
+
+
+def unverified_budget(node, elapsed_s: float) -> float:
+    """The dials to never-reached addresses `node` may have made in its first `elapsed_s` seconds."""
+    protocol = node.config.protocol
+    return protocol.unverified_dial_burst + protocol.unverified_dial_rate * elapsed_s
+
+
 async def two_hundred_fakes(seed: DhtDiscovery, honest_count: int, want: int, timeout_s: float) -> None:
     """A victim and `honest_count` honest nodes meet on the DHT while the victim's lookups bring 200 fake
     addresses (each on its own /24, nothing listens there): it links to `want` honest nodes within `timeout_s`
     and dials the fakes no more than the unverified-dial budget allows."""
     async with started(*nodes_with_dht(1 + honest_count, seed, first=70)) as (victim, *honest):
-        dials: list[str] = []
-        dial = victim.dialer.dial
-
-        def counted(addr):
-            dials.append(addr)
-            return dial(addr)
-
-        victim.dialer.dial = counted
+        dials = counted_dials(victim)
         fakes = [f"127.100.{i}.1:{20000 + i}" for i in range(200)]  # 200 /24s, nothing listens there
         start = time.monotonic()
-        for addr in fakes:
-            victim._found_on_dht(addr)  # what the DHT hands on from a poisoned lookup (the checked key)
-        in_book = sum(a in victim.core.addresses for a in fakes)
-        assert in_book == 200  # the attack landed: every fake is a dial candidate
+        poison(victim, fakes)
         honest_ids = {n.node_id for n in honest}
         linked = lambda: sum(victim.core.view.is_linked(p) for p in honest_ids)  # noqa: E731
         assert await wait_for(lambda: linked() >= want, timeout_s=timeout_s), (linked(), victim.stats())
@@ -229,8 +246,7 @@ async def two_hundred_fakes(seed: DhtDiscovery, honest_count: int, want: int, ti
         await wait_for(lambda: False, timeout_s=max(0.0, 30 - took))
         elapsed = time.monotonic() - start
         fake_dials = sum(d in set(fakes) for d in dials)
-        protocol = victim.config.protocol
-        budget = protocol.unverified_dial_burst + protocol.unverified_dial_rate * elapsed
+        budget = unverified_budget(victim, elapsed)
         print(f"\n{fake_dials} dials to 200 fake addresses in {elapsed:.0f} s (budget {budget:.1f}); "
               f"{linked()} of {honest_count} honest nodes linked, {want} after {took:.1f} s")
         assert 0 < fake_dials <= budget + 1
@@ -293,29 +309,19 @@ async def dead_and_hostile(seed: DhtDiscovery, dead: int, hostile: int, honest_c
 
 async def join_among_fakes(victim, honest, crowd: list[Hostile], dead_addrs: list[str]) -> dict:
     """The victim, just started, hears of every fake at once (a poisoned lookup answers before an honest one)."""
-    dials: list[str] = []
-    dial = victim.dialer.dial
-
-    def counted(addr):
-        dials.append(addr)
-        return dial(addr)
-
-    victim.dialer.dial = counted
+    dials = counted_dials(victim)
     fakes = dead_addrs + [h.addr for h in crowd]
     random.Random(7).shuffle(fakes)
     start = time.monotonic()
-    for addr in fakes:
-        victim._found_on_dht(addr)  # what the DHT hands on from a poisoned lookup (the checked key)
-    assert sum(a in victim.core.addresses for a in fakes) == len(fakes)  # every fake is a candidate
+    poison(victim, fakes)
     honest_ids, want = {n.node_id for n in honest}, len(honest) - 1
     linked = lambda: sum(victim.core.view.is_linked(p) for p in honest_ids)  # noqa: E731
     reached = await wait_for(lambda: linked() >= want, timeout_s=90)
     elapsed = time.monotonic() - start
     assert sum(h.linked for h in crowd) > 0 or not crowd  # the attack landed: it dialed hostile servers
-    protocol = victim.config.protocol
     return {"took_s": elapsed if reached else float("inf"), "dead_dials": sum(d in set(dead_addrs) for d in dials),
             "hostile_links": sum(h.linked for h in crowd), "linked": linked(),
-            "budget": protocol.unverified_dial_burst + protocol.unverified_dial_rate * elapsed}
+            "budget": unverified_budget(victim, elapsed)}
 
 
 async def publish_every_second(nodes) -> None:
