@@ -245,7 +245,8 @@ async def two_hundred_fakes(seed: DhtDiscovery, honest_count: int, want: int, ti
         took = time.monotonic() - start
         await wait_for(lambda: False, timeout_s=max(0.0, 30 - took))
         elapsed = time.monotonic() - start
-        fake_dials = sum(d in set(fakes) for d in dials)
+        fake_set = set(fakes)
+        fake_dials = sum(d in fake_set for d in dials)
         budget = unverified_budget(victim, elapsed)
         print(f"\n{fake_dials} dials to 200 fake addresses in {elapsed:.0f} s (budget {budget:.1f}); "
               f"{linked()} of {honest_count} honest nodes linked, {want} after {took:.1f} s")
@@ -319,7 +320,8 @@ async def join_among_fakes(victim, honest, crowd: list[Hostile], dead_addrs: lis
     reached = await wait_for(lambda: linked() >= want, timeout_s=90)
     elapsed = time.monotonic() - start
     assert sum(h.linked for h in crowd) > 0 or not crowd  # the attack landed: it dialed hostile servers
-    return {"took_s": elapsed if reached else float("inf"), "dead_dials": sum(d in set(dead_addrs) for d in dials),
+    dead_set = set(dead_addrs)
+    return {"took_s": elapsed if reached else float("inf"), "dead_dials": sum(d in dead_set for d in dials),
             "hostile_links": sum(h.linked for h in crowd), "linked": linked(),
             "budget": unverified_budget(victim, elapsed)}
 
