@@ -151,7 +151,8 @@ def format_hub_started(e: HubStarted) -> str:
 def format_hub_status(e: HubStatus) -> str:
     """A hub's minute: links now; rollouts admitted and relayed, bytes in and out, in the interval."""
     per = "minute" if round(e.interval_s) == 60 else f"{e.interval_s:.0f}s"
-    reach = {True: "reachable", False: "not reachable", None: "reachability unknown"}[e.reachable]
+    reach = ("reachable on this network only" if e.reachable and e.lan_only else
+             {True: "reachable", False: "not reachable", None: "reachability unknown"}[e.reachable])
     return (f"hub: links {e.links_in} in, {e.links_out} out ({reach}); last {per}: rollouts admitted "
             f"{e.admitted}, relayed {e.relayed}, rejected {e.rejected}; bytes in {_size(e.bytes_in)}, out "
             f"{_size(e.bytes_out)}; pool {e.pool}")
@@ -167,7 +168,7 @@ def _size(n: int) -> str:
 def format_reachability(e: ReachabilityChanged) -> str:
     peers = f"{e.peers} peer{'s' if e.peers != 1 else ''}"
     swarm = f"swarm {e.swarm!r}, " if e.swarm else ""
-    line = f"{swarm}{peers}: {reachability_text(e.reachable, e.port)}"
+    line = f"{swarm}{peers}: {reachability_text(e.reachable, e.port, e.lan_only)}"
     return line if e.reachable else f"{line}\n  {reachability_fix(e.port, e.upnp)}"
 
 

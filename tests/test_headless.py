@@ -56,6 +56,9 @@ def test_reachable_is_one_line_and_the_per_second_snapshots_are_not_printed():
     assert lines(ReachabilityChanged(True, 47470, 1, "easy")) == [
         "swarm 'easy', 1 peer: reachable from outside: yes (peers dialed it back on port 47470)"]
     assert lines(PeersUpdated((), True, 0, 0, 0, 0, 0, "easy", True, 47470, 3, 3)) == []
+    assert lines(ReachabilityChanged(True, 47470, 3, "easy", lan_only=True)) == [
+        "swarm 'easy', 3 peers: reachable from outside: on this network only (peers here dialed it back on port "
+        "47470; none from the internet yet)"]
 
 
 def test_a_solo_run_to_compare_with_is_one_line_with_its_cpu_axis():

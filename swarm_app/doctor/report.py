@@ -212,9 +212,10 @@ def _reachability(settings: Settings, report: dict) -> dict:
         return {"checked": False, "reachable": None, "port": port,
                 "text": f"reachable from outside: not checked: cannot listen on {settings.peer.listen} ({exc.strerror or exc})"}
     reachable = True if found["confirmed"] else (False if found["failed"] else None)
-    text = swarms.reachability_text(reachable, found["port"]) if reachable is not None else \
+    lan_only = bool(reachable) and not found["confirmed_from_internet"]
+    text = swarms.reachability_text(reachable, found["port"], lan_only) if reachable is not None else \
         "reachable from outside: not known (no peer answered the dial-back request; older nodes do not)"
-    return {"checked": True, "reachable": reachable, "port": found["port"], **found, "text": text,
+    return {"checked": True, "reachable": reachable, "lan_only": lan_only, "port": found["port"], **found, "text": text,
             "fix": swarms.reachability_fix(found["port"]) if reachable is False else ""}
 
 

@@ -329,6 +329,8 @@ class PeersUpdated(Event):
     witnesses_needed: int = 0
     upnp: str = ""
     """The router port mapping: "", "missing", "none" or "mapped" (the router's word; dial-back decides)."""
+    lan_only: bool = False
+    """Only peers on this network dialed it back: the internet is not known."""
 
 
 @dataclass(frozen=True)
@@ -341,6 +343,8 @@ class ReachabilityChanged(Event):
     """Connected neighbours now."""
     swarm: str = ""
     upnp: str = ""
+    lan_only: bool = False
+    """Only peers on this network dialed it back: the internet is not known."""
 
 
 @dataclass(frozen=True)
@@ -377,6 +381,8 @@ class HubStatus(Event):
     """Rollouts in the pool now."""
     interval_s: float = 60.0
     reachable: bool | None = None
+    lan_only: bool = False
+    """Only peers on this network dialed it back: the internet is not known."""
 
 
 @dataclass(frozen=True)

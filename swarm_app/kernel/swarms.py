@@ -50,8 +50,12 @@ def shipped_bootstrap(swarm: str) -> tuple[str, ...]:
     return PUBLIC_BOOTSTRAP.get(swarm, ())
 
 
-def reachability_text(reachable: bool, port: int) -> str:
-    """What dial-back found, in words, and what it means for the participant."""
+def reachability_text(reachable: bool, port: int, lan_only: bool = False) -> str:
+    """What dial-back found, in words, and what it means for the participant. `lan_only`: only peers at private
+    addresses dialed it back (they reach it on this network; whether the internet can is not known)."""
+    if reachable and lan_only:
+        return (f"reachable from outside: on this network only (peers here dialed it back on port {port}; "
+                "none from the internet yet)")
     if reachable:
         return f"reachable from outside: yes (peers dialed it back on port {port})"
     return (f"reachable from outside: no (peers cannot dial port {port} here); "
@@ -68,9 +72,12 @@ def reachability_fix(port: int, upnp: str = "") -> str:
     return f"to accept peers too: forward TCP port {port} on your router to this computer, or enable UPnP there{extra}"
 
 
-def reachability_short(reachable: bool | None, witnesses: int = 0, needed: int = 0, port: int = 0) -> str:
+def reachability_short(reachable: bool | None, witnesses: int = 0, needed: int = 0, port: int = 0,
+                       lan_only: bool = False) -> str:
     """The same in a few words, for one line of the dashboard; `port` 0: no verdict is drawn (a swarm all
     on this machine)."""
+    if reachable and lan_only:
+        return "reachable from outside: on this network only"
     if reachable:
         return "reachable from outside: yes"
     if reachable is False:

@@ -204,5 +204,5 @@ def status_between(before, now, interval_s: float) -> HubStatus:
     rejected = sum(now.rejected.values()) - sum(before.rejected.values())
     return HubStatus(now.inbound, now.outbound, now.accepted - before.accepted, relayed, rejected,
                      now.bytes_in - before.bytes_in, now.bytes_out - before.bytes_out, now.pool_size,
-                     interval_s, now.reachable)
+                     interval_s, now.reachable, now.lan_only)
 

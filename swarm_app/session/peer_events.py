@@ -23,18 +23,19 @@ if TYPE_CHECKING:
 
 class PeerTracker:
     def __init__(self) -> None:
-        self._reachable: bool | None = None
+        self._verdict: tuple[bool | None, bool] = (None, False)
 
     def update(self, stats: "NodeStats") -> list[Event]:
         rows = tuple(sorted((peer_row(p) for p in stats.peers), key=lambda r: (not r.connected, r.node_id)))
         events: list[Event] = [PeersUpdated(rows, stats.sharing, stats.published, stats.sent, stats.accepted,
                                             sum(stats.rejected.values()), stats.pool_size, stats.swarm,
                                             stats.reachable, stats.public_port, stats.witnesses,
-                                            stats.witnesses_needed, stats.upnp)]
-        if stats.reachable is not None and stats.reachable != self._reachable:
+                                            stats.witnesses_needed, stats.upnp, stats.lan_only)]
+        verdict = (stats.reachable, stats.lan_only)
+        if stats.reachable is not None and verdict != self._verdict:
             events.append(ReachabilityChanged(stats.reachable, stats.public_port, stats.neighbours, stats.swarm,
-                                              stats.upnp))
-        self._reachable = stats.reachable
+                                              stats.upnp, stats.lan_only))
+        self._verdict = verdict
         return events
 
 

@@ -83,7 +83,7 @@ class SwarmLine(Static):
             return
         peers = sum(p.connected for p in s.peers)
         line = (f"swarm {s.swarm or '-'} · {peers} peer{'s' if peers != 1 else ''} · "
-                f"{reachability_short(s.reachable, s.witnesses, s.witnesses_needed, s.port)}")
+                f"{reachability_short(s.reachable, s.witnesses, s.witnesses_needed, s.port, s.lan_only)}")
         self.set_class(s.reachable is False, "-unreachable")
         self.update(line + (f"\n{reachability_fix(s.port, s.upnp)}" if s.reachable is False and s.port else ""))
 

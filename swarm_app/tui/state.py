@@ -102,6 +102,8 @@ class ViewState:
     """The port peers would dial: the one to forward on a home router."""
     reachable: bool | None = None
     """Whether peers can dial this node from outside; None: not known yet."""
+    lan_only: bool = False
+    """Only peers on this network dialed it back."""
     witnesses: int = 0
     witnesses_needed: int = 0
     upnp: str = ""
@@ -273,6 +275,7 @@ def _peers(s: ViewState, e: PeersUpdated) -> None:
     s.swarm_totals, s.sharing = e, e.sharing
     s.swarm, s.port = safe_text(e.swarm, 64) or s.swarm, e.port
     s.reachable, s.witnesses, s.witnesses_needed, s.upnp = e.reachable, e.witnesses, e.witnesses_needed, e.upnp
+    s.lan_only = e.lan_only
 
 
 def _joined(s: ViewState, e: SwarmJoined) -> None:

@@ -224,11 +224,12 @@ def test_doctor_names_the_swarm_and_asks_a_peer_to_dial_it_back(capsys, monkeypa
                          "dns_seeds": []}
         assert report["peers"][0]["swarm"] == "easy" and report["peers"][0]["update"] == ""
         assert reach["checked"] and reach["reachable"] is True and reach["confirmed"] == 1 and reach["port"] > 0
+        assert reach["lan_only"] and reach["confirmed_from_internet"] == 0  # the helper is on loopback
         assert helper.dialback.counters["served"] == 1
         assert main(["doctor", "--listen", "127.0.0.1:0", "--bootstrap", helper.address]) == 0
         out = capsys.readouterr().out
         assert f"swarm: easy; bootstrap (settings): {helper.address}" in out
-        assert "reachable from outside: yes (peers dialed it back on port " in out
+        assert "reachable from outside: on this network only (peers here dialed it back on port " in out
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="needs 127.x.y.z addresses (Linux)")

@@ -20,6 +20,7 @@ from swarm_app.peer.core.reachability import (
     probe_answer,
     probe_proves,
 )
+from swarm_app.peer.core.sources import LAN
 
 
 def state(**policy) -> Reachability:
@@ -44,6 +45,26 @@ def test_on_loopback_distinct_addresses_are_distinct_witnesses():
     for i, ip in enumerate(("127.0.0.2", "127.0.0.3", "127.0.0.4")):
         networks.on_answer(ip, True, i)
     assert networks.status is None and len(networks.confirmed) == 1
+
+
+def test_reachable_from_private_helpers_only_is_reachable_on_this_network_only():
+    """A helper dials the address it saw the request from: helpers at private addresses reach the node on its own
+    network, which says nothing about the internet; one public helper among the witnesses does."""
+    lan = Reachability(ReachabilityPolicy(), random.Random(1), LAN)
+    for i, ip in enumerate(("192.168.1.5", "192.168.1.6", "10.0.0.7")):
+        lan.on_answer(ip, True, i)
+    assert lan.status is True and lan.lan_only
+    mixed = Reachability(ReachabilityPolicy(), random.Random(1), LAN)
+    for i, ip in enumerate(("192.168.1.5", "192.168.1.6", "203.0.113.9")):
+        mixed.on_answer(ip, True, i)
+    assert mixed.status is True and not mixed.lan_only
+    taken_back = Reachability(ReachabilityPolicy(confirmations=3), random.Random(1), LAN)
+    taken_back.on_answer("203.0.113.9", True, 0)
+    taken_back.on_answer("203.0.113.10", False, 1)  # the same /24 now says no: its "yes" no longer counts
+    for i, ip in enumerate(("192.168.1.5", "192.168.1.6", "10.0.0.7")):
+        taken_back.on_answer(ip, True, 2 + i)
+    assert taken_back.status is True and taken_back.lan_only
+    assert not state().lan_only
 
 
 def test_three_networks_that_cannot_dial_back_make_it_unreachable():

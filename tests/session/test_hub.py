@@ -175,3 +175,5 @@ def test_the_status_line_counts_the_interval_only():
     assert (status.admitted, status.relayed, status.rejected, status.bytes_in) == (120, 500, 2, 2_000_000)
     assert format_hub_status(status) == ("hub: links 64 in, 3 out (reachability unknown); last minute: rollouts "
                                          "admitted 120, relayed 500, rejected 2; bytes in 2.0 MB, out 5.5 MB; pool 42")
+    on_a_lan = status_between(base, dataclasses.replace(later, reachable=True, lan_only=True), 60.0)
+    assert format_hub_status(on_a_lan).startswith("hub: links 64 in, 3 out (reachable on this network only);")

@@ -36,6 +36,13 @@ async def test_the_swarm_line_says_whether_peers_can_dial_in_and_how_to_fix_it(r
     assert ("forward TCP port" in text) == (reachable is False)
 
 
+async def test_a_node_dialed_back_by_lan_peers_only_does_not_claim_the_internet():
+    updated = dataclasses.replace(peers_updated([peer(1), peer(2)], True), lan_only=True)
+    text = await line_after([*dashboard_script(), updated])
+    assert "reachable from outside: on this network only" in text, text
+    assert "reachable from outside: yes" not in text
+
+
 async def test_an_offline_node_says_it_has_no_swarm():
     started = RunStarted("/runs/demo", "torch", "cpu", "swarm-tiny", "easy", 1, 20, offline=True)
     text = await line_after([started])

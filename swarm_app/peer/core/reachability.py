@@ -21,8 +21,9 @@ faked, so a LAN's machines are as many witnesses as they are machines) confirmed
 every `recheck_s`. It also keeps the address each confirming helper reached the node at (`dialable`): the
 addresses of the node's signed record (records.py). One confirmation is enough to sign one, so that nodes
 that all join at once can list each other: a helper cannot fake a confirmation, only name a wrong address,
-and an address named by fewer helpers than another is dropped. `DialbackDoor` is the helper's rate limit,
-per requester address and in total.
+and an address named by fewer helpers than another is dropped. A "reachable" that rests on helpers at private
+addresses only is `lan_only`: they dialed the node on its own network, which says nothing about the internet.
+`DialbackDoor` is the helper's rate limit, per requester address and in total.
 
 Sans-IO like the core: time comes in as an argument, randomness from the caller's `random.Random`; nothing
 here opens a socket. The I/O shell (peer/io/reachability.py) runs the requests and calls
@@ -41,7 +42,7 @@ import rfc8785
 
 from swarm_app.peer.core.identity import Identity, b64url, node_id_of, unb64url, verify
 from swarm_app.peer.core.ratelimit import BucketMap, TokenBucket
-from swarm_app.peer.core.sources import PUBLIC, Networks, prefix_of
+from swarm_app.peer.core.sources import PUBLIC, Networks, is_private, prefix_of
 
 PROBE_PREFIX = b"RSP/1 probe\n"
 TOKEN_BYTES = 16
@@ -87,12 +88,17 @@ class Reachability:
     def __init__(self, policy: ReachabilityPolicy, rng: random.Random, networks: Networks = PUBLIC) -> None:
         self.policy, self.rng, self.networks = policy, rng, networks
         self.status: bool | None = None
+        self.lan_only = False
+        """The verdict "reachable" rests on helpers at private addresses only: it was reached on this network, and
+        nothing is known about the internet (a helper dials the address it saw the request come from)."""
         self.confirmed: dict[str, float] = {}
         """Network (or address) -> when a helper there dialed this node back."""
         self.failed: dict[str, float] = {}
         """Network (or address) -> when a helper there could not."""
         self.named: dict[str, str] = {}
         """Network (or address) of a confirming helper -> the address it reached this node at."""
+        self._confirmed_by: dict[str, str] = {}
+        """Network (or address) of a confirming helper -> the helper's address."""
         self._named_before: list[str] = []
         self._asked: dict[str, float] = {}
         self._next_ask = 0.0
@@ -134,6 +140,9 @@ class Reachability:
         (self.failed if reached else self.confirmed).pop(key, None)
         (self.failed if reached else self.confirmed).pop(self.key_of(helper_ip, not reached), None)
         self.named.pop(key, None)
+        self._confirmed_by.pop(key, None)
+        if reached:
+            self._confirmed_by[key] = helper_ip
         if reached and addr:
             self.named[key] = addr
         if len(self.confirmed) >= self.policy.confirmations:
@@ -163,12 +172,14 @@ class Reachability:
 
     def _decide(self, reachable: bool, now: float) -> None:
         self.status, self._verdict_at = reachable, now
+        self.lan_only = reachable and all(is_private(self._confirmed_by.get(key, "")) for key in self.confirmed)
 
     def _maybe_start_over(self, now: float) -> None:
         if self._verdict_at is not None and now >= self._verdict_at + self.policy.recheck_s:
             self._verdict_at = None
             self._named_before = self.dialable()
             self.named.clear()
+            self._confirmed_by.clear()
             self.confirmed.clear()
             self.failed.clear()
             self._asked.clear()

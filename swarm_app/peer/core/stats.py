@@ -61,6 +61,8 @@ class NodeStats:
     """The swarm this node joined."""
     reachable: bool | None = None
     """Whether peers can dial this node (dial-back); None: not known yet."""
+    lan_only: bool = False
+    """`reachable` rests on peers at private addresses only: reached on this network, the internet not known."""
     public_port: int = 0
     """The port peers are asked to dial back (0: no verdict is drawn, the swarm is all on this machine)."""
     witnesses: int = 0

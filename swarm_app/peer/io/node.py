@@ -347,7 +347,7 @@ class PeerNode:
         """A snapshot for the views. Call it on the event loop thread."""
         state = self.dialback.state
         return dataclasses.replace(self.core.view.stats(self.address, self.clock()), swarm=self.config.swarm,
-                                   reachable=self.core.view.reachable,
+                                   reachable=self.core.view.reachable, lan_only=state.lan_only,
                                    public_port=0 if self.config.local_only else self.public_port or 0,
                                    witnesses=len(state.confirmed), unreached=len(state.failed),
                                    witnesses_needed=0 if self.config.local_only else state.policy.confirmations,

@@ -37,7 +37,7 @@ from swarm_app.peer.core.reachability import (
     probe_proves,
 )
 from swarm_app.peer.core.records import is_dial_address
-from swarm_app.peer.core.sources import PUBLIC, Networks
+from swarm_app.peer.core.sources import PUBLIC, Networks, is_private
 from swarm_app.peer.io import client
 
 log = logging.getLogger(__name__)
@@ -184,7 +184,10 @@ def _host(addr: str) -> str:
 
 
 def _log_verdict(status: bool | None, port: int, state: Reachability) -> None:
-    if status:
+    if status and state.lan_only:
+        log.info("reachable on this network: %d peers at private addresses dialed this node back on port %d "
+                 "(whether peers on the internet can is not known)", len(state.confirmed), port)
+    elif status:
         log.info("reachable from outside: %d peers on different networks dialed this node back on port %d",
                  len(state.confirmed), port)
     elif status is False:
@@ -196,7 +199,8 @@ def _log_verdict(status: bool | None, port: int, state: Reachability) -> None:
 async def check_once(listen: str, helpers: list[str], timeout_s: float = 10.0) -> dict:
     """`swarm doctor`'s one-shot check without a running node: serve GET /rsp/v1/probe on `listen` (with a
     throwaway key: nothing is written), ask each of `helpers` to dial it back, and count who reached it.
-    Returns {"port", "asked", "confirmed", "failed", "no_answer", "reasons"}; OSError when `listen` cannot
+    Returns {"port", "asked", "confirmed", "confirmed_from_internet", "failed", "no_answer", "reasons"}
+    (`confirmed_from_internet`: confirmations by helpers at public addresses); OSError when `listen` cannot
     be bound."""
     never = len(helpers) + 1  # the report counts the answers; no verdict (and no verdict's log line) is drawn here
     policy = ReachabilityPolicy(timeout_s=timeout_s, confirmations=never, failures=never)
@@ -215,5 +219,7 @@ async def check_once(listen: str, helpers: list[str], timeout_s: float = 10.0) -
     finally:
         await runner.cleanup()
     outcomes = [outcome for outcome, _ in answers]
-    return {"port": bound, "asked": len(helpers), "confirmed": outcomes.count(True), "failed": outcomes.count(False),
+    from_internet = sum(1 for helper, outcome in zip(helpers, outcomes) if outcome and not is_private(_host(helper)))
+    return {"port": bound, "asked": len(helpers), "confirmed": outcomes.count(True),
+            "confirmed_from_internet": from_internet, "failed": outcomes.count(False),
             "no_answer": outcomes.count(None), "reasons": [why for _, why in answers if why]}
