@@ -37,7 +37,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--configs", metavar="I/J,...", help="own questions I / peers' groups J per round, I + J the "
                         "same in all; I/J:adaptive for the adaptive update (default: the model's I split as the paper "
                         "splits 8; for the bundled model 32/0,24/8,16/16,8/24)")
-    parser.add_argument("--seeds", default="3", metavar="K", help="seeds per config (default 3)")
+    parser.add_argument("--seeds", default="3", metavar="K|A-B",
+                        help="seeds per config: K (seeds 0 to K-1; default 3) or a range A-B (seeds A to B: a "
+                        "replication on fresh seeds, its outputs over those seeds only)")
     parser.add_argument("--rounds", default="100", metavar="R", help="rounds per node (default 100)")
     parser.add_argument("--eval-every", metavar="E", help="held-out evaluation every E rounds and at the end "
                         "(default R/4; 0: only at the end)")
@@ -51,10 +53,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from swarm_app.experiment.plan import parse_seeds
     from swarm_app.experiment.runner import Inputs
 
     sizes = _sizes(args.nodes)
-    inputs = [Inputs(nodes=n, configs=args.configs, seeds=_int(args.seeds, "--seeds"), rounds=_int(args.rounds, "--rounds"),
+    first_seed, seeds = parse_seeds(args.seeds)
+    inputs = [Inputs(nodes=n, configs=args.configs, seeds=seeds, first_seed=first_seed,
+                     rounds=_int(args.rounds, "--rounds"),
                      eval_every=_int(args.eval_every, "--eval-every") if args.eval_every is not None else None,
                      eval_n=_int(args.eval_n, "--eval-n"), eval_samples=_int(args.eval_samples, "--eval-samples"),
                      policies=len(sizes) > 1) for n in sizes]
@@ -170,10 +175,13 @@ class ProgressView:
 
 
 def format_start(event) -> str:
+    from swarm_app.experiment.plan import seeds_text
+
     plan = event.plan
     evals = f"every {plan.eval_every} rounds and at the end" if plan.eval_every else "at the end"
+    which = f" ({seeds_text(plan)})" if plan.first_seed else ""
     return (f"experiment in {event.out}: model {event.model}, {plan.nodes} nodes x configs "
-            f"{', '.join(c.name for c in plan.configs)} x {plan.seeds} seed(s), {plan.rounds} rounds; held-out "
+            f"{', '.join(c.name for c in plan.configs)} x {plan.seeds} seed(s){which}, {plan.rounds} rounds; held-out "
             f"{plan.eval_n} items {evals}; {plan.threads} engine thread(s) per node, all nodes in this process; "
             f"{event.kept} of {len(plan.cells())} cells already done")
 

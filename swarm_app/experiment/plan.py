@@ -92,10 +92,15 @@ class Plan:
     """Completions per held-out question for the sampled reward at the start and the end (0: none)."""
     threads: int
     """Engine threads of every node."""
+    first_seed: int = 0
+    """The seeds are first_seed, ..., first_seed + seeds - 1 (`--seeds 3-7`: a replication on fresh seeds)."""
+
+    def seed_ids(self) -> range:
+        return range(self.first_seed, self.first_seed + self.seeds)
 
     def cells(self) -> list[Cell]:
         """Seed by seed, so that a whole seed's row of the table is done first."""
-        return [Cell(config, seed) for seed in range(self.seeds) for config in self.configs]
+        return [Cell(config, seed) for seed in self.seed_ids() for config in self.configs]
 
     @property
     def solo(self) -> Config | None:
@@ -154,8 +159,9 @@ def check_plan(plan: Plan) -> None:
         raise UsageError(f"--nodes {plan.nodes} is out of range; allowed: 1 to {MAX_NODES}")
     if plan.nodes == 1 and any(not c.solo for c in plan.configs):
         raise UsageError("--configs with J > 0 need peers: use --nodes 2 or more, or only I/0 configs")
-    if not 1 <= plan.seeds <= MAX_SEEDS:
-        raise UsageError(f"--seeds {plan.seeds} is out of range; allowed: 1 to {MAX_SEEDS}")
+    if not 1 <= plan.seeds or plan.first_seed < 0 or plan.first_seed + plan.seeds > MAX_SEEDS:
+        raise UsageError(f"--seeds {seeds_text(plan)} is out of range; allowed: 1 to {MAX_SEEDS} seeds, "
+                         f"numbered 0 to {MAX_SEEDS - 1}")
     if plan.rounds < 1:
         raise UsageError(f"--rounds {plan.rounds} must be at least 1")
     if plan.eval_every < 0:
@@ -164,6 +170,23 @@ def check_plan(plan: Plan) -> None:
         raise UsageError(f"--eval-n {plan.eval_n} must be at least 1")
     if not 0 <= plan.eval_samples <= 64:
         raise UsageError(f"--eval-samples {plan.eval_samples} must be between 0 and 64")
+
+
+def parse_seeds(text: str) -> tuple[int, int]:
+    """`--seeds K` (seeds 0 to K - 1) or `--seeds A-B` (seeds A to B): (first seed, how many)."""
+    first, dash, last = text.strip().partition("-")
+    if not first.strip().isdigit() or (dash and not last.strip().isdigit()):
+        raise UsageError(f"--seeds {text!r}: write a count (3: seeds 0-2) or a range (3-7: seeds 3 to 7)")
+    if not dash:
+        return 0, int(first)
+    if int(last) < int(first):
+        raise UsageError(f"--seeds {text!r}: the range runs backwards; write the smaller seed first")
+    return int(first), int(last) - int(first) + 1
+
+
+def seeds_text(plan: Plan) -> str:
+    """The seeds as the command line names them: `3` or `3-7`."""
+    return f"{plan.first_seed}-{plan.first_seed + plan.seeds - 1}" if plan.first_seed else str(plan.seeds)
 
 
 def threads_per_node(requested: int, cores: int, nodes: int) -> int:

@@ -43,6 +43,7 @@ class Inputs:
     nodes: int = 4
     configs: str | None = None
     seeds: int = 3
+    first_seed: int = 0
     rounds: int = 100
     eval_every: int | None = None
     eval_n: int = 200
@@ -133,7 +134,7 @@ def make_plan(settings: Settings, inputs: Inputs) -> Plan:
     eval_every = inputs.eval_every if inputs.eval_every is not None else max(1, inputs.rounds // 4)
     cores = detect_hardware(settings.model.backend).cores
     plan = Plan(inputs.nodes, configs, inputs.seeds, inputs.rounds, eval_every, inputs.eval_n, inputs.eval_samples,
-                threads_per_node(settings.model.threads, cores, inputs.nodes))
+                threads_per_node(settings.model.threads, cores, inputs.nodes), inputs.first_seed)
     check_plan(plan)
     return plan
 
@@ -327,6 +328,7 @@ def draw_atomically(curves: dict[str, Any], out: Path, title: str) -> list[Path]
 
 
 def _plan_dict(plan: Plan) -> dict[str, Any]:
-    return {"nodes": plan.nodes, "configs": [c.name for c in plan.configs], "seeds": plan.seeds, "rounds": plan.rounds,
+    return {"nodes": plan.nodes, "configs": [c.name for c in plan.configs], "seeds": plan.seeds,
+            "seed_ids": list(plan.seed_ids()), "rounds": plan.rounds,
             "eval_every": plan.eval_every, "eval_n": plan.eval_n, "eval_samples": plan.eval_samples,
             "threads_per_node": plan.threads, "eval_rounds": plan.eval_rounds()}

@@ -43,6 +43,9 @@ def test_it_has_its_help(capsys):
     (["--nodes", "1", "--configs", "16/16"], "need peers"),
     (["--nodes", "two"], "--nodes 'two' is not a whole number"),
     (["--rounds", "0"], "--rounds 0 must be at least 1"),
+    (["--seeds", "7-3"], "the range runs backwards"),
+    (["--seeds", "three"], "write a count (3: seeds 0-2) or a range (3-7: seeds 3 to 7)"),
+    (["--seeds", "95-104"], "--seeds 95-104 is out of range"),
 ])
 def test_bad_input_is_one_line_and_exit_2(flags, says, tmp_path, capsys):
     assert main(["experiment", "--out", str(tmp_path / "x"), *flags]) == 2
@@ -134,6 +137,25 @@ def test_a_changed_command_on_the_same_folder_is_refused_and_the_same_one_keeps_
     assert main(["experiment", *SMALL, *fake, "--rounds", "4"]) == 2
     err = capsys.readouterr().err
     assert "holds an experiment with other settings: rounds (3 then, 4 now)" in err and len(err.splitlines()) == 1
+
+
+def test_a_seed_range_runs_those_seeds_only_and_a_later_count_keeps_them(stub_model, tmp_path, capsys):
+    """`--seeds 1-1` (a replication on a fresh seed) runs seed 1's cells, with seed 1's node seeds, and its
+    outputs are over seed 1 alone; `--seeds 2` in the same folder then runs only seed 0's."""
+    out = tmp_path / "exp"
+    fake = ["--backend", "fake", "--model", str(stub_model), "--out", str(out), "--eval-samples", "0"]
+    small = [*SMALL[:SMALL.index("--seeds")], *SMALL[SMALL.index("--seeds") + 2:]]
+    assert main(["experiment", *small, "--seeds", "1-1", *fake]) == 0
+    assert "x 1 seed(s) (1-1)" in capsys.readouterr().out
+    assert sorted(p.name for p in (out / "cells").iterdir()) == ["4-4-seed1.json", "8-0-seed1.json"]
+    cell = json.loads((out / "cells" / "4-4-seed1.json").read_text())
+    assert cell["cell"]["node_seeds"] == [1000, 1001]
+    results = json.loads((out / "results.json").read_text())
+    assert results["experiment"]["seed_ids"] == [1]
+    assert [c["seeds"] for c in results["summary"]["configs"]] == [[1], [1]]
+    assert main(["experiment", *small, "--seeds", "2", *fake]) == 0
+    assert "2 of 4 cells already done" in capsys.readouterr().out
+    assert json.loads((out / "results.json").read_text())["experiment"]["seed_ids"] == [0, 1]
 
 
 @pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
