@@ -4,9 +4,11 @@ which helper is asked when, the helper's rate limits, the probe's proof and the 
 from __future__ import annotations
 
 import random
+from types import SimpleNamespace
 
 import pytest
 
+from swarm_app.peer.core.dht_timer import CHECKED, UNCHECKED
 from swarm_app.peer.core.identity import Identity
 from swarm_app.peer.core.reachability import (
     DialbackDoor,
@@ -21,6 +23,7 @@ from swarm_app.peer.core.reachability import (
     probe_proves,
 )
 from swarm_app.peer.core.sources import LAN
+from swarm_app.peer.io.dht import node_announce_key
 
 
 def state(**policy) -> Reachability:
@@ -65,6 +68,35 @@ def test_reachable_from_private_helpers_only_is_reachable_on_this_network_only()
         taken_back.on_answer(ip, True, 2 + i)
     assert taken_back.status is True and taken_back.lan_only
     assert not state().lan_only
+
+
+def test_a_node_dialed_back_from_its_lan_only_stays_off_the_checked_key_and_asks_public_helpers():
+    """The DHT's checked key lists nodes newcomers on the internet can dial: LAN helpers reach the node's LAN
+    address, not its router's, so it stays on the unchecked key until a public helper confirms."""
+    s = Reachability(ReachabilityPolicy(ask_every_s=1.0), random.Random(1), LAN)
+    node = SimpleNamespace(dialback=SimpleNamespace(state=s), config=SimpleNamespace(local_only=False),
+                           core=SimpleNamespace(reachable=None, confirmed=False), mapping=None)
+    s.on_answer("192.168.1.5", True, 0)
+    node.core.confirmed = True  # its first confirmation named an address (NodeCore.set_dialable)
+    assert not s.reached_from_outside() and node_announce_key(node) == UNCHECKED
+    for i, ip in enumerate(("192.168.1.6", "10.0.0.7")):
+        s.on_answer(ip, True, 1 + i)
+    node.core.reachable = s.status
+    assert s.status is True and s.lan_only and node_announce_key(node) == UNCHECKED
+    lan_helper, public_helper = ("192.168.1.9:1", "192.168.1.9"), ("203.0.113.9:1", "203.0.113.9")
+    assert s.next_helper(5.0, [lan_helper]) is None  # after the verdict, only a public helper has news
+    assert s.next_helper(5.0, [lan_helper, public_helper]) == "203.0.113.9:1"
+    s.on_answer("203.0.113.9", True, 6.0)
+    assert s.status is True and not s.lan_only and s.reached_from_outside()
+    assert node_announce_key(node) == CHECKED
+    assert s.next_helper(10.0, [("198.51.100.7:1", "198.51.100.7")]) is None  # a full verdict: asked again at the re-check
+
+    early = Reachability(ReachabilityPolicy(), random.Random(1), LAN)
+    early.on_answer("203.0.113.9", True, 0)  # one public confirmation, no verdict yet: checked at once
+    assert early.status is None and early.reached_from_outside()
+    loopback = state(by_address=True)
+    loopback.on_answer("127.0.0.2", True, 0)  # on loopback the addresses stand for hosts anywhere
+    assert loopback.reached_from_outside()
 
 
 def test_three_networks_that_cannot_dial_back_make_it_unreachable():

@@ -13,8 +13,8 @@ seconds (nothing announced yet) doubling at once would push the lookup that find
 members 15 s later for every node that started with them.
 Every interval is jittered by +-20% (nodes that start together spread out).
 
-`announce_key` says under which of the swarm's two keys a node announces: CHECKED once a peer has dialed it
-back (or its router maps its port), UNCHECKED before (BitTorrent clients announce unchecked, and the first
+`announce_key` says under which of the swarm's two keys a node announces: CHECKED once a peer outside its own
+network has dialed it back (or its router maps its port), UNCHECKED before (BitTorrent clients announce unchecked, and the first
 members of a swarm found only here could otherwise never meet), nowhere once dial-back found it unreachable.
 Most of a swarm sits behind NAT and announces before its verdict, and an announce stays listed ~30 minutes:
 under one key, four of five addresses a lookup returns would be dead. Lookups read CHECKED always and

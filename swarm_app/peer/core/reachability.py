@@ -22,7 +22,8 @@ every `recheck_s`. It also keeps the address each confirming helper reached the 
 addresses of the node's signed record (records.py). One confirmation is enough to sign one, so that nodes
 that all join at once can list each other: a helper cannot fake a confirmation, only name a wrong address,
 and an address named by fewer helpers than another is dropped. A "reachable" that rests on helpers at private
-addresses only is `lan_only`: they dialed the node on its own network, which says nothing about the internet.
+addresses only is `lan_only`: they dialed the node on its own network, which says nothing about the internet;
+such a node keeps asking helpers at public addresses, and is not listed under the DHT's checked key.
 `DialbackDoor` is the helper's rate limit, per requester address and in total.
 
 Sans-IO like the core: time comes in as an argument, randomness from the caller's `random.Random`; nothing
@@ -115,15 +116,19 @@ class Reachability:
                     fallback: list[tuple[str, str]] = ()) -> str | None:
         """An address to ask now out of `candidates` (address, host), or out of `fallback` when none of those
         is fit, or None: not due, nothing new to learn, or nobody fit to ask. Helpers from networks that
-        already answered are skipped: only distinct witnesses count."""
+        already answered are skipped: only distinct witnesses count. After a verdict nobody is asked until the
+        re-check, but a node found reachable on its own network only (`lan_only`) goes on asking helpers at
+        public addresses: only they can tell whether the internet reaches it."""
         self._maybe_start_over(now)
-        if now < self._next_ask or (self._verdict_at is not None):
+        outside_only = self._verdict_at is not None and self.lan_only
+        if now < self._next_ask or (self._verdict_at is not None and not outside_only):
             return None
         answered = self.confirmed.keys() | self.failed.keys()
 
         def fit(pairs: list[tuple[str, str]]) -> list[str]:
             return [addr for addr, host in pairs
-                    if self.key_of(host, True) not in answered and now >= self._asked.get(addr, -1e18) + self.policy.ask_again_s]
+                    if not (outside_only and is_private(host)) and self.key_of(host, True) not in answered
+                    and now >= self._asked.get(addr, -1e18) + self.policy.ask_again_s]
 
         fresh = fit(candidates) or fit(fallback)
         if not fresh:
@@ -158,6 +163,14 @@ class Reachability:
         if busy:
             self._asked.pop(helper, None)
 
+    def reached_from_outside(self) -> bool:
+        """Whether a helper outside this node's own network dialed it back (any helper where `by_address`: on
+        loopback the addresses stand for hosts anywhere). The verdict answers while there is one; before it,
+        the confirmations so far."""
+        if self.status is not None:
+            return self.status and not self.lan_only
+        return any(self.policy.by_address or not is_private(self._confirmed_by.get(key, "")) for key in self.confirmed)
+
     def dialable(self, most: int = 4) -> list[str]:
         """The addresses helpers reached this node at, those named by the most helpers only (at most
         `most`); none once the verdict is "unreachable". While a re-check has no confirmation yet, those of
@@ -172,7 +185,8 @@ class Reachability:
 
     def _decide(self, reachable: bool, now: float) -> None:
         self.status, self._verdict_at = reachable, now
-        self.lan_only = reachable and all(is_private(self._confirmed_by.get(key, "")) for key in self.confirmed)
+        self.lan_only = (reachable and not self.policy.by_address
+                         and all(is_private(self._confirmed_by.get(key, "")) for key in self.confirmed))
 
     def _maybe_start_over(self, now: float) -> None:
         if self._verdict_at is not None and now >= self._verdict_at + self.policy.recheck_s:

@@ -350,12 +350,20 @@ class DhtDiscovery:
         log.debug("DHT: announced port %d for swarm '%s' (%s)", port, self.swarm, key)
 
 
+def node_announce_key(node: Any) -> str | None:
+    """announce_key for a running node. Dial-backs from its own network (a LAN) do not make it checked: an
+    internet newcomer would dial its router's address, which may not forward the port."""
+    state = node.dialback.state
+    outside = node.core.confirmed if node.config.local_only else state.reached_from_outside()
+    return announce_key(None if state.lan_only else node.core.reachable, outside, node.mapping is not None)
+
+
 def for_node(node: Any) -> DhtDiscovery:
     """The DHT discovery of a running `PeerNode` (peer/io/node.py), reading its state through callbacks."""
     config = node.config
     host = parse_address(node.address)[0]
     core = node.core
     return DhtDiscovery(config.dht, config.swarm, host, lambda: node.public_port,
-                        lambda: announce_key(core.reachable, core.confirmed, node.mapping is not None),
+                        lambda: node_announce_key(node),
                         lambda: core.discovery_links(node.clock()), node._found_on_dht, random.Random(node.rng.random()),
                         node._found_in_record)
