@@ -169,6 +169,10 @@ class Reachability:
         the confirmations so far."""
         if self.status is not None:
             return self.status and not self.lan_only
+        return self._confirmed_from_outside()
+
+    def _confirmed_from_outside(self) -> bool:
+        """A confirmation of the current check came from a public address (any, where `by_address`)."""
         return any(self.policy.by_address or not is_private(self._confirmed_by.get(key, "")) for key in self.confirmed)
 
     def dialable(self, most: int = 4) -> list[str]:
@@ -185,8 +189,7 @@ class Reachability:
 
     def _decide(self, reachable: bool, now: float) -> None:
         self.status, self._verdict_at = reachable, now
-        self.lan_only = (reachable and not self.policy.by_address
-                         and all(is_private(self._confirmed_by.get(key, "")) for key in self.confirmed))
+        self.lan_only = reachable and not self._confirmed_from_outside()
 
     def _maybe_start_over(self, now: float) -> None:
         if self._verdict_at is not None and now >= self._verdict_at + self.policy.recheck_s:
