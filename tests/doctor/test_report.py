@@ -232,6 +232,18 @@ def test_doctor_names_the_swarm_and_asks_a_peer_to_dial_it_back(capsys, monkeypa
         assert "reachable from outside: on this network only (peers here dialed it back on port " in out
 
 
+def test_a_helper_named_by_host_name_counts_by_the_address_it_resolves_to(capsys, monkeypatch):
+    """`localhost` is no IP: it counts as the loopback address it resolves to, not as a host on the internet."""
+    from swarm_app.peer.core.config import local_config
+
+    monkeypatch.setenv("SWARM_PEER_ENABLED", "true")
+    with node_in_a_thread(local_config()) as helper:
+        named = "localhost:" + helper.address.rsplit(":", 1)[1]
+        reach = doctor_json(capsys, monkeypatch, None, "--listen", "127.0.0.1:0", "--bootstrap", named)["reachability"]
+        assert reach["checked"] and reach["confirmed"] == 1 and helper.dialback.counters["served"] == 1
+        assert reach["lan_only"] and reach["confirmed_from_internet"] == 0
+
+
 @pytest.mark.skipif(sys.platform != "linux", reason="needs 127.x.y.z addresses (Linux)")
 def test_doctor_says_when_peers_cannot_dial_back_and_how_to_fix_it(capsys, monkeypatch):
     """It listens on 127.0.6.2 but asks from 127.0.0.1: the helper dials 127.0.0.1, where nothing listens."""

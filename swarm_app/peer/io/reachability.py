@@ -11,7 +11,9 @@ timeout; a failing helper is no evidence, never an error.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
+import socket
 import logging
 import random
 import time
@@ -156,7 +158,7 @@ class DialBack:
         reached = probed and isinstance(answer, dict) and answer.get("reachable") is True
         self.counters["confirmed" if reached else "failed"] += 1
         before = self.state.status
-        status = self.state.on_answer(_host(helper), reached, self.clock(), _reached_at(answer, port) if reached else "")
+        status = self.state.on_answer(await host_ip(helper), reached, self.clock(), _reached_at(answer, port) if reached else "")
         if status != before:
             _log_verdict(status, port, self.state)
         self.on_verdict(status)
@@ -174,6 +176,23 @@ def _reached_at(answer: dict, port: int) -> str:
 
 def _with_hosts(addrs: list[str]) -> list[tuple[str, str]]:
     return [(addr, host) for addr in addrs if (host := _host(addr))]
+
+
+async def host_ip(addr: str, timeout_s: float = 5.0) -> str:
+    """The IP that `addr`'s host stands for: the host itself when it is an IP, else the first address it
+    resolves to (a helper named `mypc.local` at 192.168.1.20 is on this network), else the name as it is."""
+    host = _host(addr)
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+        return host
+    except ValueError:
+        pass
+    try:
+        async with asyncio.timeout(timeout_s):
+            found = await asyncio.get_running_loop().getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (OSError, TimeoutError):
+        return host
+    return str(found[0][4][0]) if found else host
 
 
 def _host(addr: str) -> str:
@@ -200,7 +219,8 @@ async def check_once(listen: str, helpers: list[str], timeout_s: float = 10.0) -
     """`swarm doctor`'s one-shot check without a running node: serve GET /rsp/v1/probe on `listen` (with a
     throwaway key: nothing is written), ask each of `helpers` to dial it back, and count who reached it.
     Returns {"port", "asked", "confirmed", "confirmed_from_internet", "failed", "no_answer", "reasons"}
-    (`confirmed_from_internet`: confirmations by helpers at public addresses); OSError when `listen` cannot
+    (`confirmed_from_internet`: confirmations by helpers at public addresses, a host name by what it resolves
+    to); OSError when `listen` cannot
     be bound."""
     never = len(helpers) + 1  # the report counts the answers; no verdict (and no verdict's log line) is drawn here
     policy = ReachabilityPolicy(timeout_s=timeout_s, confirmations=never, failures=never)
@@ -219,7 +239,8 @@ async def check_once(listen: str, helpers: list[str], timeout_s: float = 10.0) -
     finally:
         await runner.cleanup()
     outcomes = [outcome for outcome, _ in answers]
-    from_internet = sum(1 for helper, outcome in zip(helpers, outcomes) if outcome and not is_private(_host(helper)))
+    ips = await asyncio.gather(*(host_ip(helper) for helper in helpers))
+    from_internet = sum(1 for ip, outcome in zip(ips, outcomes) if outcome and not is_private(ip))
     return {"port": bound, "asked": len(helpers), "confirmed": outcomes.count(True),
             "confirmed_from_internet": from_internet, "failed": outcomes.count(False),
             "no_answer": outcomes.count(None), "reasons": [why for _, why in answers if why]}
