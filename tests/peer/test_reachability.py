@@ -128,6 +128,22 @@ def test_helpers_are_spaced_skip_answered_networks_and_are_not_asked_twice_soon(
     assert s.next_helper(2.0, []) is None
 
 
+def test_a_network_that_could_not_dial_back_is_asked_again_once_nobody_new_is_left():
+    """Four public nodes each have three others to confirm them: one slow dial-back (a "no" from a busy host)
+    must not leave a reachable node undecided until the re-check."""
+    s = state(ask_again_s=30.0, ask_every_s=1.0)
+    slow, fresh = ("10.0.1.5:1", "10.0.1.5"), ("10.0.2.5:1", "10.0.2.5")
+    assert s.next_helper(0.0, [slow]) == "10.0.1.5:1"
+    s.on_answer("10.0.1.5", False, 0.5)
+    assert s.failed and s.next_helper(1.0, [slow]) is None  # not within ask_again_s
+    assert s.next_helper(31.0, [slow, fresh]) == "10.0.2.5:1"  # a network not heard from first
+    s.on_answer("10.0.2.5", True, 31.5)
+    assert s.next_helper(32.0, [slow, fresh]) == "10.0.1.5:1"  # then the one that said no
+    s.on_answer("10.0.1.5", True, 32.5)
+    assert "10.0.1.0/24" in s.confirmed and not s.failed
+    assert s.next_helper(63.0, [slow, fresh]) is None  # networks that confirmed are not asked again
+
+
 def test_inbound_neighbours_are_asked_only_when_no_other_helper_is_left():
     s = state(ask_again_s=100.0, ask_every_s=1.0)
     helpers, inbound = [("10.0.1.5:1", "10.0.1.5")], [("10.0.7.5:1", "10.0.7.5"), ("10.0.8.5:1", "10.0.8.5")]
