@@ -13,9 +13,9 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import json
-import socket
 import logging
 import random
+import socket
 import time
 from collections import OrderedDict
 from typing import Callable
