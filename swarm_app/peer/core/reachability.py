@@ -36,6 +36,7 @@ from __future__ import annotations
 import os
 import random
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -117,17 +118,16 @@ class Reachability:
         """An address to ask now out of `candidates` (address, host), or out of `fallback` when none of those
         is fit, or None: not due, nothing new to learn, or nobody fit to ask. Helpers from networks that
         already answered are skipped: only distinct witnesses count; but a network that said "could not" is
-        asked again once nobody new is left (after `ask_again_s`, as any helper): a
-        "no" may be a dial that timed out on a busy host, and a small swarm has no other network to ask. After a
-        verdict nobody is asked until the re-check, but a node found reachable on its own network only
-        (`lan_only`) goes on asking helpers at public addresses: only they can tell whether the internet
-        reaches it."""
+        asked again once nobody new is left (after `ask_again_s`, as any helper): a "no" may be a dial that
+        timed out on a busy host, and a small swarm has no other network to ask. After a verdict nobody is
+        asked until the re-check, but a node found reachable on its own network only (`lan_only`) goes on
+        asking helpers at public addresses: only they can tell whether the internet reaches it."""
         self._maybe_start_over(now)
         outside_only = self._verdict_at is not None and self.lan_only
         if now < self._next_ask or (self._verdict_at is not None and not outside_only):
             return None
 
-        def fit(pairs: list[tuple[str, str]], skip) -> list[str]:
+        def fit(pairs: list[tuple[str, str]], skip: Collection[str]) -> list[str]:
             return [addr for addr, host in pairs
                     if not (outside_only and is_private(host)) and self.key_of(host, True) not in skip
                     and now >= self._asked.get(addr, -1e18) + self.policy.ask_again_s]
