@@ -40,6 +40,7 @@ from swarm_app.experiment.plan import Cell, Plan, cell_settings
 from swarm_app.experiment.store import read_json, write_json
 from swarm_app.kernel.errors import CheckpointError, SwarmError
 from swarm_app.kernel.events import EvaluationFinished, Event, RoundFinished
+from swarm_app.kernel.hardware import cpu_identity
 from swarm_app.kernel.settings import Settings
 from swarm_app.session.session import Session, SessionOptions
 from swarm_app.training.checkpoint import Checkpoints
@@ -222,7 +223,7 @@ class CellRun:
     async def run(self) -> None:
         from swarm_app.peer.io.local_nodes import run_demo  # deferred: aiohttp
 
-        self.times = {"started_at": time.time(), "load_average_start": _load_average(),
+        self.times = {"started_at": time.time(), "load_average_start": _load_average(), "machine": cpu_identity(),
                       "process_cpu_start": time.process_time(), "t0": time.monotonic()}
         if self.cell.config.solo:
             await asyncio.gather(*(self.run_node(i, None) for i in range(self.plan.nodes)), return_exceptions=True)
@@ -291,7 +292,7 @@ class CellRun:
         return {"started_at": self.times["started_at"], "wall_s": round(now - self.times["t0"], 3),
                 "load_s": round(t_start - self.times["t0"], 3), "train_wall_s": round(now - t_start, 3),
                 "process_cpu_s": round(time.process_time() - self.times["process_cpu_start"], 3),
-                "load_average_start": self.times["load_average_start"]}
+                "load_average_start": self.times["load_average_start"], "machine": self.times["machine"]}
 
     async def _finish(self, session: Session, record: NodeRecord) -> None:
         """The sampled held-out reward and the engine thread's CPU time, once the node's run (with its final
@@ -339,6 +340,7 @@ def cell_record(cell: Cell, plan: Plan, records: list[NodeRecord], folder: Path,
         "wall_s": total("wall_s"), "load_s": total("load_s"), "train_wall_s": total("train_wall_s"),
         "process_cpu_s": total("process_cpu_s"),
         "load_average": {"start": segments[0]["load_average_start"], "end": _load_average()},
+        "machines": sorted({segment["machine"] for segment in segments if segment.get("machine")}),
         "run_folders": str(folder),
         "nodes": nodes,
     }

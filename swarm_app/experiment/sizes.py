@@ -6,7 +6,8 @@ experiment has one, else the sharing config with the most peers' groups (largest
 the results. Every other sharing config is reported beside it in the same form. Per size and config:
 - equal CPU: per seed, the config's held-out gain minus solo's where both nodes had spent the same engine CPU
   (summary.equal_compute); `ratio` is the config's mean gain over solo's mean gain at that budget (None where
-  solo's is not above 0);
+  solo's is not above 0); `across_machines` (only where there are some) lists the seeds whose two cells ran on
+  different processors, where CPU seconds are not one currency;
 - equal rounds: per seed, the held-out gain at the last round minus solo's.
 `diff_mean` is the mean over seeds and `diff_ci95` its 95% interval from Student's t with n - 1 degrees of
 freedom (scipy's quantile where scipy is installed, else the table below); None with fewer than 2 seeds.
@@ -64,7 +65,8 @@ def size_entry(nodes: int, rounds: int, config: dict[str, Any]) -> dict[str, Any
     return {"nodes": nodes, "seeds": len(vs["seeds"]), "rounds": rounds, "seed_ids": vs["seeds"],
             "equal_cpu": {**cpu, "ratio": _ratio(equal["gain_points"]["mean"], equal["solo_gain_points"]["mean"]),
                           "gain": equal["gain_points"]["mean"],
-                          "solo_gain": equal["solo_gain_points"]["mean"]},
+                          "solo_gain": equal["solo_gain_points"]["mean"],
+                          **({"across_machines": vs["across_machines"]} if vs.get("across_machines") else {})},
             "equal_rounds": at_rounds}
 
 

@@ -103,6 +103,7 @@ def cell_metrics(cell: dict[str, Any], base: dict[str, Any], plan: Plan) -> dict
         "rounds_per_hour": _rounds_per_hour(nodes),
         "cpu_s_per_node_round": nodes_mean([_train_cpu_per_round(node) for node in nodes]),
         "load_average": cell.get("load_average"),
+        "machines": cell.get("machines") or [],
     }
 
 
@@ -177,7 +178,8 @@ def config_summary(name: str, metrics: list[dict[str, Any]], solo: list[dict[str
             "cum_reward_ratio": spread([m["cum_reward"] / s["cum_reward"] if s["cum_reward"] else None for m, s in paired]),
             "local_reward": spread([m["local_reward"] - s["local_reward"] for m, s in paired]),
             "equal_compute": _equal_compute_spread([equal_compute(m, s) for m, s in paired]),
-            "seeds": [m["seed"] for m, _ in paired]}
+            "seeds": [m["seed"] for m, _ in paired],
+            "across_machines": [m["seed"] for m, s in paired if _across_machines(m, s)]}
     return summary
 
 
@@ -199,6 +201,13 @@ def equal_compute(m: dict[str, Any], s: dict[str, Any]) -> dict[str, float] | No
             "solo_gain_points": gain_s, "gain_minus_solo": gain_m - gain_s,
             "cum_reward_ratio": cum_m / cum_s if cum_s else None,
             "local_reward": _mean_to(m["rounds"], m["local_curve"], at_m) - _mean_to(s["rounds"], s["local_curve"], at_s)}
+
+
+def _across_machines(m: dict[str, Any], s: dict[str, Any]) -> bool:
+    """Whether the two cells of a seed ran on processors known to differ: their CPU seconds are then not one
+    currency, and an equal-CPU reading of the pair compares two machines as much as two configs. Cells written
+    before the machine was recorded have none and are not flagged."""
+    return bool(m.get("machines") and s.get("machines") and set(m["machines"]) != set(s["machines"]))
 
 
 def _equal_compute_spread(pairs: list[dict[str, float] | None]) -> dict[str, Any]:

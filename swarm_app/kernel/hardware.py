@@ -152,6 +152,27 @@ def simd_flags(src: Sources) -> tuple[str, ...]:
     return tuple(flag for flag in SIMD_FLAGS if flag in found)
 
 
+def cpu_identity(src: Sources | None = None) -> str:
+    """The processor as one line, for telling apart figures measured in CPU seconds on different machines
+    ("AuthenticAMD family 26 model 2 stepping 1, AMD EPYC, 2 CPUs"): vendor, family, model and stepping from
+    /proc/cpuinfo, where a cloud's "model name" alone may say only "AMD EPYC"; the brand string on a Mac."""
+    src = src or live_sources()
+    fields: dict[str, str] = {}
+    for line in src.cpuinfo.splitlines():
+        if not line.strip():
+            break  # the first processor's block describes them all
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    parts = [" ".join(f"{label}{fields[key]}" for key, label in
+                      (("vendor_id", ""), ("cpu family", "family "), ("model", "model "), ("stepping", "stepping "),
+                       ("CPU implementer", "implementer "), ("CPU part", "part ")) if fields.get(key)),
+             fields.get("model name", "")]
+    if src.system == "Darwin":
+        parts.append(_sysctl(src, "machdep.cpu.brand_string"))
+    named = ", ".join(part for part in parts if part) or platform.processor() or src.machine or "unknown CPU"
+    return f"{named}, {os.cpu_count() or 1} CPUs"
+
+
 def free_disk(path: Path) -> int:
     """Free bytes on the disk that holds `path` (or its nearest existing parent); 0 when unknown."""
     for candidate in (path, *path.parents):

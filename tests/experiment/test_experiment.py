@@ -14,6 +14,8 @@ import pytest
 from swarm_app.cli import main
 from swarm_app.experiment.plan import Config, Plan, default_configs, parse_configs
 from swarm_app.experiment.summary import summarize
+from swarm_app.experiment.table import markdown
+from swarm_app.kernel.hardware import cpu_identity
 from tests.slow_fake import slow_fake_engine
 
 SMALL = ["--nodes", "2", "--configs", "8/0,4/4", "--seeds", "1", "--rounds", "3", "--eval-every", "3", "--eval-n", "8",
@@ -113,6 +115,29 @@ def test_at_equal_compute_the_costlier_solo_arm_is_read_where_it_had_spent_what_
     assert not goal["not_below_solo_at_equal_rounds"] and not goal["met"]  # 7 against 10 at equal rounds
 
 
+def test_a_seed_whose_two_cells_ran_on_different_processors_is_named_at_equal_compute():
+    """CPU seconds of two processors are not one currency: the summary and the table name the seed whose
+    sharing cell ran on another machine than its solo cell, and no seed whose cells share one (or predate
+    the record)."""
+    plan = Plan(2, (Config(8, 0), Config(4, 4)), 2, 2, 2, 8, 2, 1)
+    base = {"accuracy": 0.30, "per_task": {"a": 0.30}}
+    cells = [_cell("8/0", 0, [0.40, 0.40]), _cell("4/4", 0, [0.45, 0.45]),
+             _cell("8/0", 1, [0.36, 0.38]), _cell("4/4", 1, [0.37, 0.39]),
+             _cell("8/0", 2, [0.36, 0.38]), _cell("4/4", 2, [0.37, 0.39])]
+    for cell, machines in zip(cells, (["old, 2 CPUs"], ["old, 2 CPUs"], ["old, 2 CPUs"], ["new, 2 CPUs"], [], ["new, 2 CPUs"])):
+        cell["machines"] = machines
+    summary = summarize(plan, base, cells)
+    assert summary["configs"][1]["vs_solo"]["across_machines"] == [1]
+    setup = {"model": "m", "engine": "fake", "preset": "easy", "completions": 8, "temperature": 0.8}
+    text = markdown(plan, setup, summary)
+    assert "**4/4, seed(s) 1: its cell and 8/0's ran on different processors**" in text
+    for cell in cells:
+        cell["machines"] = ["old, 2 CPUs"]
+    summary = summarize(plan, base, cells)
+    assert summary["configs"][1]["vs_solo"]["across_machines"] == []
+    assert "different processors" not in markdown(plan, setup, summary)
+
+
 def test_the_cell_carries_the_mean_own_and_external_figures_of_the_rows_that_have_them():
     plan = Plan(2, (Config(4, 4),), 1, 2, 2, 8, 2, 1)
     cell = _cell("4/4", 0, [0.4, 0.4])
@@ -150,6 +175,7 @@ def test_a_seed_range_runs_those_seeds_only_and_a_later_count_keeps_them(stub_mo
     assert sorted(p.name for p in (out / "cells").iterdir()) == ["4-4-seed1.json", "8-0-seed1.json"]
     cell = json.loads((out / "cells" / "4-4-seed1.json").read_text())
     assert cell["cell"]["node_seeds"] == [1000, 1001]
+    assert cell["machines"] == [cpu_identity()]  # what its CPU seconds were measured on
     results = json.loads((out / "results.json").read_text())
     assert results["experiment"]["seed_ids"] == [1]
     assert [c["seeds"] for c in results["summary"]["configs"]] == [[1], [1]]

@@ -78,6 +78,18 @@ def test_apple_silicon_from_sysctl(tmp_path):
     assert "Apple silicon Apple M2 Pro" in hardware.describe(hw)
 
 
+def test_two_processors_that_share_a_model_name_have_different_identities(tmp_path):
+    """A cloud's "model name" may say only "AMD EPYC" for two generations whose CPU seconds differ in worth."""
+    zen4 = ("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 17\nstepping\t: 1\n"
+            "model name\t: AMD EPYC\n\nprocessor\t: 1\ncpu family\t: 99\n")
+    zen5 = zen4.replace("25", "26", 1)
+    identity = hardware.cpu_identity(linux(tmp_path, tmp_path / "empty-bin", zen4))
+    assert identity.startswith("AuthenticAMD family 25 model 17 stepping 1, AMD EPYC, ")  # the first block only
+    assert identity != hardware.cpu_identity(linux(tmp_path, tmp_path / "empty-bin", zen5))
+    mac = Sources("Darwin", "arm64", "", str(mac_bin(tmp_path)), driver_files=(), disk_path=tmp_path, allow_torch_probe=False)
+    assert hardware.cpu_identity(mac).startswith("Apple M2 Pro, ")
+
+
 def test_free_disk_of_a_folder_not_made_yet(tmp_path):
     assert hardware.free_disk(tmp_path / "not" / "yet") == hardware.free_disk(tmp_path) > 0
 
