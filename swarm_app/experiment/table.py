@@ -72,6 +72,7 @@ def _equal_compute_table(configs: list[dict[str, Any]], solo: str | None) -> lis
              f"| config | CPU s per node | its rounds | {solo}'s rounds | held-out gain (points) | {solo}'s gain | "
              f"difference | gain ratio | cum. reward ratio | local reward minus {solo}'s |",
              "|---|---|---|---|---|---|---|---|---|---|"]
+    notes: list[str] = []
     for c in shared:
         e = c["vs_solo"]["equal_compute"]
         ratio = _num(e["gain_ratio"], 2)
@@ -79,13 +80,12 @@ def _equal_compute_table(configs: list[dict[str, Any]], solo: str | None) -> lis
                      f"| {_pm(e['gain_points'], 1, sign=True)} | {_pm(e['solo_gain_points'], 1, sign=True)} "
                      f"| {_pm(e['gain_minus_solo'], 1, sign=True)} | {ratio} | {_pm(e['cum_reward_ratio'], 2)} "
                      f"| {_pm(e['local_reward'], 3, sign=True)} |")
-    for c in shared:
         if c["vs_solo"].get("across_machines"):
             seeds = ", ".join(str(seed) for seed in c["vs_solo"]["across_machines"])
-            lines += ["", f"**{c['config']}, seed(s) {seeds}: its cell and {solo}'s ran on different processors**, so "
+            notes += ["", f"**{c['config']}, seed(s) {seeds}: its cell and {solo}'s ran on different processors**, so "
                       "their CPU seconds differ in worth and the equal-compute reading of those seeds compares the "
                       "machines as much as the configs (the cells' `machines`). Run both cells of a seed on one machine."]
-    return lines
+    return lines + notes
 
 
 def _task_table(configs: list[dict[str, Any]]) -> list[str]:

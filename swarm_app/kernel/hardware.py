@@ -28,6 +28,9 @@ PROBE_TIMEOUT_S = 5.0
 NVIDIA_QUERY = ("name", "memory.total", "compute_cap", "driver_version")
 SIMD_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx_vnni", "fma", "f16c", "neon")
 """The vector extensions llama.cpp and torch pick kernels by; "asimd" on ARM Linux reads as "neon"."""
+CPU_ID_FIELDS = (("vendor_id", ""), ("cpu family", "family "), ("model", "model "), ("stepping", "stepping "),
+                 ("CPU implementer", "implementer "), ("CPU part", "part "))
+"""The /proc/cpuinfo fields (x86, then ARM) that tell processor generations apart, with their labels."""
 
 
 @dataclass(frozen=True)
@@ -163,9 +166,7 @@ def cpu_identity(src: Sources | None = None) -> str:
             break  # the first processor's block describes them all
         key, _, value = line.partition(":")
         fields.setdefault(key.strip(), value.strip())
-    parts = [" ".join(f"{label}{fields[key]}" for key, label in
-                      (("vendor_id", ""), ("cpu family", "family "), ("model", "model "), ("stepping", "stepping "),
-                       ("CPU implementer", "implementer "), ("CPU part", "part ")) if fields.get(key)),
+    parts = [" ".join(f"{label}{fields[key]}" for key, label in CPU_ID_FIELDS if fields.get(key)),
              fields.get("model name", "")]
     if src.system == "Darwin":
         parts.append(_sysctl(src, "machdep.cpu.brand_string"))
