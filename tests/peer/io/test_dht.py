@@ -322,10 +322,11 @@ async def join_among_fakes(victim, honest, crowd: list[Hostile], dead_addrs: lis
     # The attack landed: the victim dialed hostile servers. Not "a hostile hello completed": on a loaded machine the
     # victim may hold its honest links before any of those handshakes ends, and that is the defence, not a miss.
     hostile_set = {h.addr for h in crowd}
-    assert sum(d in hostile_set for d in dials) > 0 or not crowd, "the victim dialed no hostile server"
+    hostile_dials = sum(d in hostile_set for d in dials)
+    assert hostile_dials > 0 or not crowd, "the victim dialed no hostile server"
     dead_set = set(dead_addrs)
     return {"took_s": elapsed if reached else float("inf"), "dead_dials": sum(d in dead_set for d in dials),
-            "hostile_dials": sum(d in hostile_set for d in dials),
+            "hostile_dials": hostile_dials,
             "hostile_links": sum(h.linked for h in crowd), "linked": linked(),
             "budget": unverified_budget(victim, elapsed)}
 
