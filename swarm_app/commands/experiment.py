@@ -35,8 +35,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                         "(2,4,8,16) run one experiment each in DIR/nodes-N, by default comparing solo (I+J)/0, fixed "
                         "I/J and adaptive I/J (the model's I and J), and write DIR/sizes.json")
     parser.add_argument("--configs", metavar="I/J,...", help="own questions I / peers' groups J per round, I + J the "
-                        "same in all; I/J:adaptive for the adaptive update (default: the model's I split as the paper "
-                        "splits 8; for the bundled model 32/0,24/8,16/16,8/24)")
+                        "same in all; a bare I/J is the fixed update, I/J:adaptive or I/J:fill that "
+                        "train.external_policy (default: the model's I split as the paper splits 8; for the bundled "
+                        "model 32/0,24/8,16/16,8/24)")
     parser.add_argument("--seeds", default="3", metavar="K|A-B",
                         help="seeds per config: K (seeds 0 to K-1; default 3) or a range A-B (seeds A to B: a "
                         "replication on fresh seeds, its outputs over those seeds only)")

@@ -27,19 +27,20 @@ CHECKPOINT_EVERY = 5
 (and a node stopped by a signal saves as it stops)."""
 COMPARED = ("model", "lora", "train", "tasks")
 """The settings sections that change what a node learns (not how the machine runs it, nor the network)."""
-NOT_COMPARED = {"model": ("threads",), "train": ("local", "external", "rounds", "seed", "eval_every", "eval_n",
-                                                  "checkpoint_every")}
+NOT_COMPARED = {"model": ("threads",), "train": ("local", "external", "external_policy", "rounds", "seed", "eval_every",
+                                                  "eval_n", "checkpoint_every")}
 """Settings that may differ between two runs of one experiment: the grid sets them per cell, or they only
 change the speed."""
 
 
-POLICIES = ("adaptive",)
-"""Policies a config may name after a colon (`8/24:adaptive`); without one, train.external_policy as set."""
+POLICIES = ("fill", "adaptive")
+"""Policies a config may name after a colon (`8/24:adaptive`); without one, the fixed I/J update ("uniform"),
+whatever train.external_policy the model or the user sets, so `8/24` names one thing in every experiment."""
 
 
 @dataclass(frozen=True, order=True)
 class Config:
-    """I own questions and J peers' groups per round, under `policy` ("": train.external_policy as set)."""
+    """I own questions and J peers' groups per round, under `policy` ("": the fixed I/J update, "uniform")."""
 
     local: int
     external: int
@@ -119,7 +120,8 @@ class Plan:
 
 def parse_configs(text: str) -> tuple[Config, ...]:
     """`32/0,24/8,8/24:adaptive,...`: I/J pairs, I >= 1, J >= 0, the same I + J in all, no repeats; a pair may
-    name a policy after a colon (adaptive: I is then the floor of own questions, I + J the most)."""
+    name a policy after a colon (adaptive: I is then the floor of own questions, I + J the most; fill: own
+    questions take the places peers leave empty); a bare pair is the fixed update."""
     configs = []
     for part in (p.strip() for p in text.split(",")):
         pair, _, policy = part.partition(":")
@@ -202,8 +204,7 @@ def cell_settings(base: Settings, plan: Plan, cell: Cell) -> Settings:
     values = {"train.local": cell.config.local, "train.external": cell.config.external, "train.rounds": plan.rounds,
               "train.seed": cell.node_seed(0), "train.eval_every": plan.eval_every, "train.eval_n": plan.eval_n,
               "train.checkpoint_every": min(CHECKPOINT_EVERY, plan.rounds), "model.threads": plan.threads}
-    if cell.config.policy:
-        values["train.external_policy"] = cell.config.policy
+    values["train.external_policy"] = cell.config.policy or "uniform"
     for key, value in values.items():
         section, name = key.split(".")
         set_value(settings, section, name, value, source="swarm experiment")

@@ -48,3 +48,19 @@ def test_sizes_json_holds_each_size_with_its_intervals_at_equal_cpu_and_equal_ro
     assert [lo, hi] == pytest.approx([2.0 - 12.706, 2.0 + 12.706], rel=1e-3)  # sd sqrt(2) / sqrt(2 seeds) x t(1 df)
     assert two["equal_cpu"]["ratio"] == pytest.approx(7.0 / 5.0)
     assert two["equal_rounds"]["values"] == pytest.approx([-4.0, -2.0])  # +6, +8 against +10 at round 2
+
+
+def test_a_bare_config_is_the_fixed_update_whatever_the_models_default_and_old_folders_still_match():
+    """`8/24` trains the fixed update ("uniform") even where the model's swarm.toml makes "adaptive" its default,
+    and a folder written when "uniform" was the default keeps its cells (the grid sets the policy per cell)."""
+    from swarm_app.experiment.plan import Cell, cell_settings, differences, fingerprint
+    from swarm_app.kernel.settings import Settings, set_value
+
+    plan = Plan(nodes=2, configs=compared_configs(32, 8), seeds=1, rounds=3, eval_every=3, eval_n=8, eval_samples=0,
+                threads=1)
+    old, new = Settings(), Settings()
+    set_value(new, "train", "external_policy", "adaptive", source="the model's swarm.toml")
+    policies = {c.name: cell_settings(new, plan, Cell(c, 0)).train.external_policy for c in plan.configs}
+    assert policies == {"32/0": "uniform", "8/24": "uniform", "8/24:adaptive": "adaptive"}
+    assert cell_settings(new, plan, Cell(Config(8, 24, "fill"), 0)).train.external_policy == "fill"
+    assert differences(fingerprint(old, plan, "m"), fingerprint(new, plan, "m")) == []
