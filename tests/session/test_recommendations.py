@@ -31,7 +31,7 @@ def test_the_bundled_model_takes_its_own_settings_and_others_as_before(tmp_path)
     bundled = layered(tmp_path)
     expected = {"model.temperature": 0.8, "train.local": 8, "train.external": 24, "train.minibatches": 1,
                 "train.weight_decay": 1.0, "train.negative_weight": 0.25, "train.eval_every": 25,
-                "train.signal_target": 14.0}
+                "train.external_policy": "adaptive", "train.signal_target": 14.0}
     assert apply_recommendations(bundled, BUNDLED) == expected
     assert (bundled.train.eval_every, bundled.train.local, bundled.model.temperature) == (25, 8, 0.8)
     assert bundled.train.negative_weight == 0.25
