@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from swarm_app.kernel.errors import UsageError
-from swarm_app.kernel.settings import Settings, describe, set_value
+from swarm_app.kernel.settings import Settings, default_of, describe, field_of, set_value
 
 SEED_STRIDE = 1000
 """Node i of seed k trains with seed SEED_STRIDE * k + i: seeds never overlap for up to 1000 nodes."""
@@ -33,14 +33,16 @@ NOT_COMPARED = {"model": ("threads",), "train": ("local", "external", "external_
 change the speed."""
 
 
-POLICIES = ("fill", "adaptive")
-"""Policies a config may name after a colon (`8/24:adaptive`); without one, the fixed I/J update ("uniform"),
-whatever train.external_policy the model or the user sets, so `8/24` names one thing in every experiment."""
+FIXED = default_of(field_of("train.external_policy"))
+"""The update of a config that names no policy: the fixed I/J ("uniform", the setting's built-in default), whatever
+train.external_policy the model or the user sets, so `8/24` names one thing in every experiment."""
+POLICIES = tuple(p for p in field_of("train.external_policy").metadata["choices"] if p != FIXED)
+"""Policies a config may name after a colon (`8/24:adaptive`): the setting's other choices."""
 
 
 @dataclass(frozen=True, order=True)
 class Config:
-    """I own questions and J peers' groups per round, under `policy` ("": the fixed I/J update, "uniform")."""
+    """I own questions and J peers' groups per round, under `policy` ("": FIXED)."""
 
     local: int
     external: int
@@ -204,7 +206,7 @@ def cell_settings(base: Settings, plan: Plan, cell: Cell) -> Settings:
     values = {"train.local": cell.config.local, "train.external": cell.config.external, "train.rounds": plan.rounds,
               "train.seed": cell.node_seed(0), "train.eval_every": plan.eval_every, "train.eval_n": plan.eval_n,
               "train.checkpoint_every": min(CHECKPOINT_EVERY, plan.rounds), "model.threads": plan.threads}
-    values["train.external_policy"] = cell.config.policy or "uniform"
+    values["train.external_policy"] = cell.config.policy or FIXED
     for key, value in values.items():
         section, name = key.split(".")
         set_value(settings, section, name, value, source="swarm experiment")
