@@ -33,10 +33,11 @@ NOT_COMPARED = {"model": ("threads",), "train": ("local", "external", "external_
 change the speed."""
 
 
-FIXED = default_of(field_of("train.external_policy"))
+_POLICY = field_of("train.external_policy")
+FIXED = default_of(_POLICY)
 """The update of a config that names no policy: the fixed I/J ("uniform", the setting's built-in default), whatever
 train.external_policy the model or the user sets, so `8/24` names one thing in every experiment."""
-POLICIES = tuple(p for p in field_of("train.external_policy").metadata["choices"] if p != FIXED)
+POLICIES = tuple(p for p in _POLICY.metadata["choices"] if p != FIXED)
 """Policies a config may name after a colon (`8/24:adaptive`): the setting's other choices."""
 
 

@@ -5,9 +5,10 @@ import math
 
 import pytest
 
-from swarm_app.experiment.plan import Config, Plan, compared_configs, parse_configs
+from swarm_app.experiment.plan import Cell, Config, Plan, cell_settings, compared_configs, differences, fingerprint, parse_configs
 from swarm_app.experiment.sizes import headline_config, paired, sizes_file, t_quantile
 from swarm_app.experiment.summary import summarize
+from swarm_app.kernel.settings import Settings, set_value
 from tests.experiment.test_experiment import _cell, _costing
 
 
@@ -53,9 +54,6 @@ def test_sizes_json_holds_each_size_with_its_intervals_at_equal_cpu_and_equal_ro
 def test_a_bare_config_is_the_fixed_update_whatever_the_models_default_and_old_folders_still_match():
     """`8/24` trains the fixed update ("uniform") even where the model's swarm.toml makes "adaptive" its default,
     and a folder written when "uniform" was the default keeps its cells (the grid sets the policy per cell)."""
-    from swarm_app.experiment.plan import Cell, cell_settings, differences, fingerprint
-    from swarm_app.kernel.settings import Settings, set_value
-
     plan = Plan(nodes=2, configs=compared_configs(32, 8), seeds=1, rounds=3, eval_every=3, eval_n=8, eval_samples=0,
                 threads=1)
     old, new = Settings(), Settings()
